@@ -32,6 +32,10 @@ class TextEnv(Protocol):
         """Steps after which an episode of `task` ends."""
         ...
 
+    def fewshot_examples(self, task: str) -> tuple[str, ...]:
+        """Example trajectories (text) of `task` from training variations only, for the prompt."""
+        ...
+
     def reset(self, task: str, variation: int) -> Observation:
         """Start `task` at `variation`; raises ValueError naming valid tasks / variation range."""
         ...
@@ -45,3 +49,8 @@ class TextEnv(Protocol):
     def close(self) -> None:
         """Release resources (the JVM for ScienceWorld). Idempotent."""
         ...
+
+
+def make_env(cfg: "EnvConfig") -> TextEnv:  # noqa: F821  (implemented by the envs package)
+    """Build the environment named by `cfg.name` ("trap" or "scienceworld")."""
+    raise NotImplementedError
