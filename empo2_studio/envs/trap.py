@@ -1,0 +1,390 @@
+"""Exploration-trap environment: pure Python, deterministic, milliseconds per step, no Java.
+
+In the spirit of the paper's motivating example (EMPO² §1, Fig. 1): "turn on the red light bulb" when
+the bulb is in another room. The agent starts in the hallway, which holds look-alike decoys (a blue
+and a green light bulb, a toy frog, ...). The pretrained reflex, "focus on the light bulb" right away,
+focuses on a decoy and fails the task (−100, episode over); the agent only scores by first exploring
+the rooms, which its observations name, so a tip such as "the red light bulb is in the workshop" or a
+retrieved past episode tells it where to go.
+
+Scores follow ScienceWorld (−100 … 100, reward = change in score). A score is a function of the
+state, so the order of milestones does not matter:
+- trap-light-bulb / trap-find-animal: +25 for entering the target's room, +25 for focusing on the
+  target, +50 once the focused target is on / picked up (100 = solved).
+- trap-water-plant: +25 for holding the watering can, +25 for entering the flower's room, +25 for
+  focusing on the flower, +25 once the focused flower is watered.
+Focusing on anything but the target sets the score to −100 and ends the episode.
+
+Variations: per task 48 distinct layouts (target room × target colour/animal × decoy placement),
+shuffled once with a fixed seed; indices 0–23 are train, 24–35 dev, 36–47 test (disjoint).
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections import deque
+from dataclasses import dataclass, field
+
+from empo2_studio.envs.actions import correct_action
+from empo2_studio.types import Observation, Split, StepResult
+
+START_ROOM = "hallway"
+SIDE_ROOMS = ("kitchen", "workshop", "greenhouse", "bedroom")
+DOORS = {
+    "hallway": ("kitchen", "workshop", "greenhouse", "bedroom"),
+    "kitchen": ("hallway", "workshop"),
+    "workshop": ("hallway", "kitchen"),
+    "greenhouse": ("hallway", "bedroom"),
+    "bedroom": ("hallway", "greenhouse"),
+}
+"""Rooms and the doors between them: the hallway reaches every room, side rooms come in pairs."""
+FURNITURE = {
+    "hallway": "coat rack",
+    "kitchen": "table",
+    "workshop": "workbench",
+    "greenhouse": "bench",
+    "bedroom": "bed",
+}
+CAN = "watering can"
+
+_N_PER_SPLIT = {"train": 24, "dev": 12, "test": 12}
+_SPLIT_START = {"train": 0, "dev": 24, "test": 36}
+
+
+@dataclass(frozen=True)
+class _TaskSpec:
+    attrs: tuple[str, ...]
+    """The four values a variation's target is drawn from (colours or animals)."""
+    noun: str
+    """Object name template, "{}" is the attribute."""
+    verb: str
+    """The finishing action ("turn on", "pick up", "water")."""
+    description: str
+    step_limit: int
+
+
+TASKS: dict[str, _TaskSpec] = {
+    "trap-light-bulb": _TaskSpec(
+        attrs=("red", "blue", "green", "yellow"),
+        noun="{} light bulb",
+        verb="turn on",
+        description="Your task is to turn on the {t}. First, focus on the {t}. Then, turn it on.",
+        step_limit=12,
+    ),
+    "trap-find-animal": _TaskSpec(
+        attrs=("frog", "turtle", "rabbit", "parrot"),
+        noun="{}",
+        verb="pick up",
+        description="Your task is to find the {t}. First, focus on the {t}. Then, pick it up.",
+        step_limit=12,
+    ),
+    "trap-water-plant": _TaskSpec(
+        attrs=("red", "blue", "yellow", "purple"),
+        noun="{} flower",
+        verb="water",
+        description=(
+            "Your task is to water the {t}. First, focus on the {t}. "
+            "Then, water it with the watering can."
+        ),
+        step_limit=15,
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One variation: where every object starts (object name → room)."""
+
+    task: str
+    target: str
+    target_room: str
+    objects: dict[str, str]
+
+
+def _layouts(task: str) -> list[Layout]:
+    spec = TASKS[task]
+    combos = list(itertools.product(range(4), range(4), range(3)))
+    # A fixed string seed: the same order on every machine and Python version.
+    random.Random(f"trap:{task}").shuffle(combos)
+    return [_layout(task, spec, r, a, k) for r, a, k in combos]
+
+
+def _layout(task: str, spec: _TaskSpec, room_i: int, attr_i: int, variant: int) -> Layout:
+    target_room = SIDE_ROOMS[room_i]
+    target = spec.noun.format(spec.attrs[attr_i])
+    decoys = [spec.noun.format(a) for j, a in enumerate(spec.attrs) if j != attr_i]
+    # The hallway always holds two look-alikes (the reflex trap); the third goes to the target
+    # room (variant 0) or to another side room.
+    away = decoys.pop(variant)
+    away_room = target_room if variant == 0 else SIDE_ROOMS[(room_i + variant) % 4]
+    objects = {FURNITURE[r]: r for r in DOORS}
+    objects.update({d: START_ROOM for d in decoys})
+    objects[away] = away_room
+    objects[target] = target_room
+    if task == "trap-find-animal":
+        objects[f"toy {target}"] = START_ROOM
+    if task == "trap-water-plant":
+        objects[CAN] = (START_ROOM, target_room, SIDE_ROOMS[(room_i + 2) % 4])[variant]
+    return Layout(task, target, target_room, objects)
+
+
+def _route(start: str, goal: str) -> list[str]:
+    """Shortest list of rooms to walk through from `start` to `goal` (excluding `start`)."""
+    prev: dict[str, str | None] = {start: None}
+    queue = deque([start])
+    while queue:
+        room = queue.popleft()
+        for nxt in DOORS[room]:
+            if nxt not in prev:
+                prev[nxt] = room
+                queue.append(nxt)
+    path, room = [], goal
+    while room != start:
+        path.append(room)
+        room = prev[room]  # type: ignore[assignment]
+    return path[::-1]
+
+
+@dataclass
+class _State:
+    layout: Layout
+    variation: int
+    room: str = START_ROOM
+    inventory: list[str] = field(default_factory=list)
+    objects: dict[str, str] = field(default_factory=dict)
+    on: set[str] = field(default_factory=set)
+    watered: set[str] = field(default_factory=set)
+    focused: str | None = None
+    failed: bool = False
+    visited_target_room: bool = False
+    had_can: bool = False
+    steps: int = 0
+    done: bool = False
+
+
+class TrapEnv:
+    """The exploration trap behind the `TextEnv` protocol (see the module docstring for the rules).
+
+    `step_limit` overrides every task's own limit (12, 12, 15) when given.
+    """
+
+    name = "trap"
+
+    def __init__(self, step_limit: int | None = None) -> None:
+        if step_limit is not None and step_limit < 1:
+            raise ValueError(f"step_limit must be ≥ 1 or None, got {step_limit!r}")
+        self._step_limit = step_limit
+        self._layouts = {t: _layouts(t) for t in TASKS}
+        self._state: _State | None = None
+
+    # ---- catalogue -------------------------------------------------------------------------
+    def task_names(self) -> tuple[str, ...]:
+        return tuple(TASKS)
+
+    def _check_task(self, task: str) -> _TaskSpec:
+        if task not in TASKS:
+            raise ValueError(f"unknown trap task {task!r}; valid tasks: {', '.join(TASKS)}")
+        return TASKS[task]
+
+    def variations(self, task: str, split: Split) -> tuple[int, ...]:
+        self._check_task(task)
+        if split not in _SPLIT_START:
+            raise ValueError(f"unknown split {split!r}; valid splits: train, dev, test")
+        start = _SPLIT_START[split]
+        return tuple(range(start, start + _N_PER_SPLIT[split]))
+
+    def step_limit(self, task: str) -> int:
+        spec = self._check_task(task)
+        return self._step_limit if self._step_limit is not None else spec.step_limit
+
+    def layout(self, task: str, variation: int) -> Layout:
+        """Where everything is in `task` at `variation` (for tests and the UI, not the agent)."""
+        self._check_task(task)
+        n = len(self._layouts[task])
+        if not 0 <= variation < n:
+            raise ValueError(
+                f"variation {variation!r} of {task!r} is outside 0–{n - 1} "
+                "(train 0–23, dev 24–35, test 36–47)"
+            )
+        return self._layouts[task][variation]
+
+    def task_description(self, task: str, variation: int) -> str:
+        return TASKS[task].description.format(t=self.layout(task, variation).target)
+
+    # ---- scripted paths ----------------------------------------------------------------------
+    def gold_path(self, task: str, variation: int) -> list[str]:
+        """Shortest winning action sequence for `task` at `variation` (score 100)."""
+        lay = self.layout(task, variation)
+        spec = TASKS[task]
+        actions, room = [], START_ROOM
+        if task == "trap-water-plant":
+            can_room = lay.objects[CAN]
+            actions += [f"go to {r}" for r in _route(room, can_room)]
+            actions.append(f"pick up {CAN}")
+            room = can_room
+        actions += [f"go to {r}" for r in _route(room, lay.target_room)]
+        actions += [f"focus on {lay.target}", f"{spec.verb} {lay.target}"]
+        return actions
+
+    def focus_first_path(self, task: str, variation: int) -> list[str]:
+        """The pretrained reflex: focus on the first look-alike in the start room right away."""
+        lay = self.layout(task, variation)
+        noun_words = set(TASKS[task].noun.format("").split())
+        lookalikes = sorted(
+            o for o, r in lay.objects.items()
+            if r == START_ROOM and o not in FURNITURE.values() and o != CAN
+            and (noun_words <= set(o.split()) or task == "trap-find-animal")
+        )
+        return [f"focus on {lookalikes[0]}"]
+
+    def fewshot_examples(self, task: str) -> tuple[str, ...]:
+        """Two gold trajectories of training variations 0 and 1 (never dev/test), as prompt text."""
+        self._check_task(task)
+        return tuple(self._transcript(task, v) for v in self.variations(task, "train")[:2])
+
+    def _transcript(self, task: str, variation: int) -> str:
+        sim = TrapEnv()
+        obs = sim.reset(task, variation)
+        lines = [f"Task: {obs.task_description}", obs.text]
+        for action in self.gold_path(task, variation):
+            res = sim.step(action)
+            lines += [f"> {action}", res.observation.text]
+        return "\n".join(lines)
+
+    # ---- episode -------------------------------------------------------------------------------
+    def reset(self, task: str, variation: int) -> Observation:
+        lay = self.layout(task, variation)
+        self._state = _State(layout=lay, variation=variation, objects=dict(lay.objects))
+        return self._observation(self._describe_room())
+
+    def step(self, action_text: str) -> StepResult:
+        st = self._state
+        if st is None:
+            raise RuntimeError("step() before reset(): call reset(task, variation) first")
+        if st.done:
+            raise RuntimeError("the episode has ended; call reset() to start a new one")
+        before = self._score()
+        action, corrected, invalid = correct_action(action_text, self._valid_actions())
+        text = "No action was given." if invalid else self._execute(action)
+        st.steps += 1
+        score = self._score()
+        won = score >= 100
+        if won:
+            text += " You have completed the task."
+        st.done = won or st.failed or st.steps >= self.step_limit(st.layout.task)
+        observation = self._observation(text)
+        return StepResult(
+            observation=observation,
+            reward=score - before,
+            done=st.done,
+            won=won,
+            action_text=action_text,
+            action=action,
+            corrected=corrected,
+            invalid=invalid,
+        )
+
+    def close(self) -> None:
+        self._state = None
+
+    # ---- rules ---------------------------------------------------------------------------------
+    def _score(self) -> float:
+        st = self._state
+        assert st is not None
+        if st.failed:
+            return -100.0
+        lay, task = st.layout, st.layout.task
+        focused = st.focused == lay.target
+        if task == "trap-light-bulb":
+            finished = lay.target in st.on
+        elif task == "trap-find-animal":
+            finished = lay.target in st.inventory
+        else:
+            finished = lay.target in st.watered
+        if task == "trap-water-plant":
+            milestones = (st.had_can, st.visited_target_room, focused, focused and finished)
+            return 25.0 * sum(milestones)
+        return 25.0 * st.visited_target_room + 25.0 * focused + (50.0 if focused and finished else 0.0)
+
+    def _here(self) -> list[str]:
+        st = self._state
+        assert st is not None
+        return sorted(o for o, r in st.objects.items() if r == st.room)
+
+    def _valid_actions(self) -> tuple[str, ...]:
+        st = self._state
+        assert st is not None
+        task = st.layout.task
+        acts = {"look around"} | {f"go to {r}" for r in DOORS[st.room]}
+        for obj in self._here() + st.inventory:
+            acts.add(f"focus on {obj}")
+        for obj in self._here():
+            if task == "trap-light-bulb" and obj.endswith("light bulb"):
+                acts.add(f"turn on {obj}")
+            if obj == CAN or (task == "trap-find-animal" and obj not in FURNITURE.values()):
+                acts.add(f"pick up {obj}")
+            if CAN in st.inventory and obj.endswith("flower"):
+                acts.add(f"water {obj}")
+        return tuple(sorted(acts))
+
+    def _describe_room(self) -> str:
+        st = self._state
+        assert st is not None
+
+        def show(o: str) -> str:
+            return f"a {o} (on)" if o in st.on else f"a {o}"
+
+        things = ", ".join(show(o) for o in self._here())
+        doors = ", ".join(f"the {r}" for r in DOORS[st.room])
+        return f"This room is called the {st.room}. In it, you see: {things}. Doors lead to: {doors}."
+
+    def _execute(self, action: str) -> str:
+        st = self._state
+        assert st is not None
+        if action == "look around":
+            return self._describe_room()
+        if action.startswith("go to "):
+            st.room = action.removeprefix("go to ")
+            st.visited_target_room |= st.room == st.layout.target_room
+            return f"You go to the {st.room}. " + self._describe_room()
+        if action.startswith("focus on "):
+            obj = action.removeprefix("focus on ")
+            if obj != st.layout.target:
+                st.failed = True
+                return f"You focus on the {obj}. That is not what the task asks for: the task has failed."
+            st.focused = obj
+            return f"You focus on the {obj}."
+        if action.startswith("turn on "):
+            obj = action.removeprefix("turn on ")
+            st.on.add(obj)
+            return f"The {obj} is now on."
+        if action.startswith("pick up "):
+            obj = action.removeprefix("pick up ")
+            del st.objects[obj]
+            st.inventory.append(obj)
+            st.had_can |= obj == CAN
+            return f"You pick up the {obj}."
+        obj = action.removeprefix("water ")
+        st.watered.add(obj)
+        return f"You water the {obj} with the watering can."
+
+    def _inventory_text(self) -> str:
+        st = self._state
+        assert st is not None
+        items = ", ".join(f"a {o}" for o in st.inventory) or "nothing"
+        return f"In your inventory, you see: {items}."
+
+    def _observation(self, text: str) -> Observation:
+        st = self._state
+        assert st is not None
+        lay = st.layout
+        return Observation(
+            text=text,
+            task=lay.task,
+            variation=st.variation,
+            task_description=self.task_description(lay.task, st.variation),
+            valid_actions=() if st.done else self._valid_actions(),
+            inventory=self._inventory_text(),
+            score=self._score(),
+        )
