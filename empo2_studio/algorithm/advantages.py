@@ -1,0 +1,65 @@
+"""Group-relative advantages (GRPO), paper §4.2 / method.md §1.2 step 4.
+
+Each episode's return R is compared with the other episodes of its group (the N episodes played on the
+same task variation in the same iteration): A = (R − mean_group) / (std_group + ε), with the sample
+standard deviation (ddof = 1), as in the authors' recipe. Every token of every turn of an episode is then
+trained with that one advantage (`token_advantages`).
+
+Departure from a naive formula: a group whose returns are all equal carries no learning signal, and its
+advantages are set to exactly 0 (a plain formula gives 0/ε = 0 too, but rounding in the mean can leave
+tiny non-zero values; we make it exact).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def group_advantages(returns: Tensor, eps: float = 1e-6) -> Tensor:
+    """Standardise episode returns within each group.
+
+    Args:
+        returns: (G, N) float tensor, one row per group, one column per episode (N ≥ 2).
+            Units are the env's score scale (−100 … 100), intrinsic bonus included if the caller adds it.
+        eps: added to the standard deviation before dividing (paper / recipe: 1e-6).
+
+    Returns:
+        (G, N) advantages, `returns`' dtype (float32 for integer input); rows whose returns are all equal are exactly 0.
+
+    Raises:
+        ValueError: if `returns` is not 2-D, a group has fewer than 2 episodes, or a value is not finite.
+    """
+    if returns.dim() != 2:
+        raise ValueError(f"returns must be a (G, N) tensor, got shape {tuple(returns.shape)}")
+    if returns.shape[1] < 2:
+        raise ValueError(f"each group needs at least 2 episodes for a std (ddof=1), got N={returns.shape[1]}")
+    if not torch.isfinite(returns).all():
+        raise ValueError(f"returns must be finite, got {returns.tolist()}")
+    r = returns.to(torch.float64)  # scores up to ±100: compute in double, return the caller's dtype
+    mean = r.mean(dim=1, keepdim=True)
+    std = r.std(dim=1, unbiased=True, keepdim=True)
+    adv = (r - mean) / (std + eps)
+    constant = (r == r[:, :1]).all(dim=1, keepdim=True)
+    adv = torch.where(constant, torch.zeros_like(adv), adv)
+    return adv.to(returns.dtype) if returns.is_floating_point() else adv.to(torch.float32)
+
+
+def token_advantages(adv_per_seq: Tensor, loss_mask: Tensor) -> Tensor:
+    """Broadcast one advantage per sequence (a turn's response) to its tokens.
+
+    Args:
+        adv_per_seq: (B,) the advantage of the episode each row (turn) belongs to.
+        loss_mask: (B, T) 1/True on response tokens that are trained, 0/False on prompt or padding.
+
+    Returns:
+        (B, T) float tensor: `adv_per_seq[b]` on the masked-in tokens of row b, 0 elsewhere.
+
+    Raises:
+        ValueError: if the shapes disagree.
+    """
+    if adv_per_seq.dim() != 1 or loss_mask.dim() != 2 or adv_per_seq.shape[0] != loss_mask.shape[0]:
+        raise ValueError(
+            f"need adv_per_seq (B,) and loss_mask (B, T), got {tuple(adv_per_seq.shape)} and {tuple(loss_mask.shape)}"
+        )
+    return adv_per_seq[:, None].to(torch.float32) * loss_mask.to(torch.float32)

@@ -1,0 +1,45 @@
+"""Group-relative advantages (paper §4.2; method.md §1.2 step 4)."""
+
+import pytest
+import torch
+
+from empo2_studio.algorithm.advantages import group_advantages, token_advantages
+
+
+def test_hand_values_ddof1():
+    adv = group_advantages(torch.tensor([[0.0, 10.0, 20.0, 30.0]]), eps=0.0)
+    # mean 15, sample std sqrt((225+25+25+225)/3) = sqrt(500/3)
+    s = (500 / 3) ** 0.5
+    assert adv.tolist()[0] == pytest.approx([-15 / s, -5 / s, 5 / s, 15 / s])
+
+
+def test_equal_returns_give_exact_zero_never_nan():
+    returns = torch.tensor([[5.0, 5.0, 5.0], [0.1, 0.1, 0.1], [-100.0, 0.0, 100.0]])
+    adv = group_advantages(returns)
+    assert adv[0].tolist() == [0.0, 0.0, 0.0]
+    assert adv[1].tolist() == [0.0, 0.0, 0.0]
+    assert adv[2].tolist() == pytest.approx([-1.0, 0.0, 1.0], rel=1e-6)
+    assert torch.isfinite(adv).all()
+    assert adv.dtype == torch.float32
+
+
+def test_eps_is_added_to_std():
+    adv = group_advantages(torch.tensor([[0.0, 2.0]]), eps=1.0)
+    # std = sqrt(2); A = ±1 / (sqrt 2 + 1)
+    assert adv.tolist()[0] == pytest.approx([-1 / (2**0.5 + 1), 1 / (2**0.5 + 1)])
+
+
+def test_bad_input_raises():
+    with pytest.raises(ValueError, match="G, N"):
+        group_advantages(torch.zeros(4))
+    with pytest.raises(ValueError, match="at least 2"):
+        group_advantages(torch.zeros(3, 1))
+    with pytest.raises(ValueError, match="finite"):
+        group_advantages(torch.tensor([[1.0, float("nan")]]))
+
+
+def test_token_advantages_broadcast_to_masked_tokens():
+    out = token_advantages(torch.tensor([2.0, -1.0]), torch.tensor([[1, 1, 0], [1, 0, 0]]))
+    assert out.tolist() == [[2.0, 2.0, 0.0], [-1.0, 0.0, 0.0]]
+    with pytest.raises(ValueError):
+        token_advantages(torch.tensor([1.0]), torch.ones(2, 3))
