@@ -1,0 +1,406 @@
+"""Run records on disk: one folder per run under the sessions root (default `./sessions`).
+
+Layout of `sessions/<run_id>/` (every file readable without the studio):
+
+    config.json          RunConfig.to_json() of the run (run_id filled in)
+    metrics.jsonl        one JSON object per line: a trainer/eval report's flat metrics
+    episodes.jsonl       one Episode.to_dict() per line (replayable; Episode.from_dict reads it back)
+    tips.lance/          the tip table (owned and written by memory.TipStore)
+    adapters/iter_000005/  one PEFT adapter folder per checkpoint (plus whatever the trainer saves)
+    state.json           small resume state (iteration, rng state, ...), replaced atomically
+
+There is no index file: `list_sessions` scans the root, so the list is never stale.
+
+Crash safety: each append writes whole lines in one write, then flush + fsync. A kill -9 can leave
+at most one partial last line; readers ignore it and the next append cuts it off before writing. So
+after a crash the session opens and every record completed before the kill is still there.
+JSON is strict: non-finite floats (NaN, ±inf) are written as null.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from filelock import FileLock
+
+from empo2_studio.config import RunConfig
+from empo2_studio.types import Episode
+
+RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+"""A run id: letters, digits, '.', '_' and '-', starting with a letter or digit, at most 128 chars."""
+
+CONFIG, METRICS, EPISODES, STATE, TIPS, ADAPTERS = (
+    "config.json", "metrics.jsonl", "episodes.jsonl", "state.json", "tips.lance", "adapters",
+)  # fmt: skip
+_CKPT = re.compile(r"^iter_(\d{6,})$")
+
+
+def default_sessions_root() -> Path:
+    """`$EMPO2_SESSIONS_DIR` if set, else `./sessions` (relative to the working directory)."""
+    return Path(os.environ.get("EMPO2_SESSIONS_DIR") or "sessions")
+
+
+class SessionNotFoundError(FileNotFoundError):
+    """No session with that run id under the root; the message lists the ones that exist."""
+
+
+def validate_run_id(run_id: str) -> str:
+    """Return `run_id`, or raise ValueError naming it and the allowed characters."""
+    if not isinstance(run_id, str) or not RUN_ID_PATTERN.match(run_id) or ".." in run_id:
+        raise ValueError(
+            f"invalid run id {run_id!r}: use 1-128 letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit (no '..')"
+        )
+    return run_id
+
+
+def make_run_id(cfg: RunConfig, now: float | None = None) -> str:
+    """Default id `<UTC yyyymmdd-HHMMSS>-<env>-<task>`, with unsafe characters replaced by '-'."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(time.time() if now is None else now))
+    task = re.sub(r"[^A-Za-z0-9._-]+", "-", cfg.env.task).strip("-.") or "task"
+    return f"{stamp}-{cfg.env.name}-{task}"[:128]
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    """One row of `list_sessions`: enough to show a table without loading episodes."""
+
+    run_id: str
+    dir: Path
+    env: str
+    task: str
+    model: str
+    created_at: float
+    """Modification time of config.json (Unix seconds)."""
+    iteration: int
+    """`state.json`'s "iteration" (0 when absent)."""
+    last_metrics: dict[str, Any]
+    """The last line of metrics.jsonl ({} when none)."""
+    checkpoints: int
+
+
+class Session:
+    """A run folder. Create with `Session.create`, reopen with `Session.open`; never construct directly."""
+
+    def __init__(self, directory: Path, config: RunConfig) -> None:
+        self.dir = Path(directory)
+        self.config = config
+        self._lock = threading.Lock()
+        self._file_lock = FileLock(str(self.dir / ".append.lock"))
+
+    # ---- creation and lookup -------------------------------------------------------------------
+
+    @classmethod
+    def create(cls, root: str | os.PathLike[str], cfg: RunConfig) -> Session:
+        """Make `root/<run_id>/` and write config.json.
+
+        `cfg.run_id` is used when set (validated; an existing id is refused with FileExistsError),
+        otherwise `make_run_id(cfg)` with a numeric suffix if that second's id is taken.
+        Raises ValueError for an invalid config or run id; nothing is written then.
+        """
+        cfg.validate()
+        root = Path(root)
+        root.mkdir(parents=True, exist_ok=True)
+        if cfg.run_id:
+            run_id = validate_run_id(cfg.run_id)
+            directory = root / run_id
+            try:
+                directory.mkdir()
+            except FileExistsError:
+                raise FileExistsError(
+                    f"session {run_id!r} already exists in {root}; resume it or choose another run id"
+                ) from None
+        else:
+            run_id, directory = _fresh_dir(root, make_run_id(cfg))
+        cfg = replace(cfg, run_id=run_id)
+        _atomic_write(directory / CONFIG, cfg.to_json())
+        (directory / ADAPTERS).mkdir()
+        return cls(directory, cfg)
+
+    @classmethod
+    def open(cls, root: str | os.PathLike[str], run_id: str) -> Session:
+        """Open an existing session. Raises SessionNotFoundError listing the available run ids."""
+        root = Path(root)
+        validate_run_id(run_id)
+        path = root / run_id / CONFIG
+        if not path.is_file():
+            available = [s.run_id for s in list_sessions(root)]
+            shown = ", ".join(available[-20:]) if available else "none"
+            raise SessionNotFoundError(f"no session {run_id!r} in {root}; available: {shown}")
+        return cls(root / run_id, RunConfig.from_json(path.read_text()))
+
+    @property
+    def run_id(self) -> str:
+        return self.dir.name
+
+    @property
+    def tips_path(self) -> Path:
+        """Where the tip table lives (`memory.TipStore.open(session.tips_path, ...)`)."""
+        return self.dir / TIPS
+
+    def check_compatible(self, cfg: RunConfig) -> None:
+        """Raise ValueError when `cfg` cannot continue this session's weights and tips.
+
+        The base model, the LoRA shape (rank, alpha, target modules) and the embedder (it fixes the
+        tip table's vector dimension) must match; everything else (learning rate, p, q, ...) may change.
+        """
+        mine, theirs = _compat_fields(self.config), _compat_fields(cfg)
+        diffs = [f"{k}: session has {mine[k]!r}, requested {theirs[k]!r}" for k in mine if mine[k] != theirs[k]]
+        if diffs:
+            raise ValueError(
+                f"cannot resume session {self.run_id!r} with this config ("
+                + "; ".join(diffs)
+                + "); start a new run instead"
+            )
+
+    # ---- append-only records -------------------------------------------------------------------
+
+    def append_metrics(self, row: dict[str, Any]) -> None:
+        """Append one metrics row (a flat dict of JSON values) to metrics.jsonl, durably."""
+        self._append(METRICS, [row])
+
+    def metrics(self) -> list[dict[str, Any]]:
+        """Every complete metrics row, in order."""
+        return _read_jsonl(self.dir / METRICS)
+
+    def last_metrics(self) -> dict[str, Any]:
+        """The last complete metrics row ({} when none), read from the file's end only."""
+        return _last_jsonl(self.dir / METRICS)
+
+    def append_episodes(self, episodes: Iterable[Episode]) -> None:
+        """Append episodes (one `Episode.to_dict()` line each) to episodes.jsonl, in one durable write."""
+        self._append(EPISODES, [ep.to_dict() for ep in episodes])
+
+    def episodes(self, ids: Sequence[str] | None = None) -> list[Episode]:
+        """All episodes in file order, or those with the given ids in the order asked.
+
+        Raises KeyError naming the ids not found (when `ids` is given).
+        """
+        rows = _read_jsonl(self.dir / EPISODES)
+        if ids is None:
+            return [Episode.from_dict(r) for r in rows]
+        by_id = {r["episode_id"]: r for r in rows}
+        missing = [i for i in ids if i not in by_id]
+        if missing:
+            raise KeyError(f"episodes not in session {self.run_id!r}: {missing[:10]}" + (" ..." if len(missing) > 10 else ""))
+        return [Episode.from_dict(by_id[i]) for i in ids]
+
+    # ---- checkpoints and state ------------------------------------------------------------------
+
+    def adapter_dir(self, iteration: int) -> Path:
+        """`adapters/iter_<iteration:06d>` (not created; `save_pretrained` makes it)."""
+        if not isinstance(iteration, int) or iteration < 0:
+            raise ValueError(f"iteration must be an int ≥ 0, got {iteration!r}")
+        return self.dir / ADAPTERS / f"iter_{iteration:06d}"
+
+    def write_checkpoint(self, iteration: int, save: Callable[[Path], None]) -> Path:
+        """Run `save(tmp_dir)` then rename the folder to `adapter_dir(iteration)` in one step, so a
+        crash mid-save never leaves a half checkpoint that `checkpoints()` would list."""
+        final = self.adapter_dir(iteration)
+        tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{final.name}-", dir=final.parent))
+        save(tmp)
+        if final.exists():  # re-saving the same iteration: keep the newer one
+            old = final.with_name(f".old-{final.name}-{os.getpid()}")
+            os.replace(final, old)
+            os.replace(tmp, final)
+            _rmtree(old)
+        else:
+            os.replace(tmp, final)
+        _fsync_dir(final.parent)
+        return final
+
+    def checkpoints(self) -> list[tuple[int, Path]]:
+        """Complete checkpoints `(iteration, folder)`, oldest first. A folder counts once it holds
+        `adapter_config.json` (PEFT writes it) — temp and half-written folders are skipped."""
+        found = []
+        for p in (self.dir / ADAPTERS).glob("iter_*"):
+            m = _CKPT.match(p.name)
+            if m and p.is_dir() and (p / "adapter_config.json").is_file():
+                found.append((int(m.group(1)), p))
+        return sorted(found)
+
+    def latest_checkpoint(self) -> tuple[int, Path] | None:
+        """The newest complete checkpoint, or None."""
+        cps = self.checkpoints()
+        return cps[-1] if cps else None
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Replace state.json atomically (temp file + fsync + os.replace)."""
+        _atomic_write(self.dir / STATE, json.dumps(_finite(state), indent=1, sort_keys=True))
+
+    def state(self) -> dict[str, Any]:
+        """The last state written ({} for a new session)."""
+        path = self.dir / STATE
+        return json.loads(path.read_text()) if path.is_file() else {}
+
+    def info(self) -> SessionInfo:
+        """This session's `SessionInfo` row."""
+        return SessionInfo(
+            run_id=self.run_id,
+            dir=self.dir,
+            env=self.config.env.name,
+            task=self.config.env.task,
+            model=self.config.policy.model,
+            created_at=(self.dir / CONFIG).stat().st_mtime,
+            iteration=int(self.state().get("iteration", 0)),
+            last_metrics=self.last_metrics(),
+            checkpoints=len(self.checkpoints()),
+        )
+
+    def _append(self, name: str, rows: list[dict[str, Any]]) -> None:
+        if not rows:
+            return
+        data = "".join(json.dumps(_finite(r), allow_nan=False) + "\n" for r in rows).encode()
+        with self._lock, self._file_lock:
+            _append_bytes(self.dir / name, data)
+
+
+def list_sessions(root: str | os.PathLike[str] | None = None) -> list[SessionInfo]:
+    """Every session under `root` (default `default_sessions_root()`), oldest first; folders without
+    a readable config.json are skipped."""
+    root = Path(root) if root is not None else default_sessions_root()
+    if not root.is_dir():
+        return []
+    out = []
+    for d in root.iterdir():
+        if not (d.is_dir() and RUN_ID_PATTERN.match(d.name) and (d / CONFIG).is_file()):
+            continue
+        try:
+            out.append(Session(d, RunConfig.from_json((d / CONFIG).read_text())).info())
+        except (ValueError, TypeError, OSError):
+            continue  # someone else's folder or a config from an incompatible version
+    return sorted(out, key=lambda s: (s.created_at, s.run_id))
+
+
+# ---- file helpers ------------------------------------------------------------------------------
+
+
+def _append_bytes(path: Path, data: bytes) -> None:
+    with open(path, "ab+") as f:
+        size = f.seek(0, os.SEEK_END)
+        if size:
+            f.seek(size - 1)
+            if f.read(1) != b"\n":  # a partial line from a crash: cut it off first
+                f.truncate(_last_newline_end(f, size))
+                f.seek(0, os.SEEK_END)
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _last_newline_end(f: Any, size: int) -> int:
+    """Offset just after the last b"\\n" in the file (0 if none)."""
+    pos = size
+    while pos > 0:
+        start = max(0, pos - 65536)
+        f.seek(start)
+        chunk = f.read(pos - start)
+        i = chunk.rfind(b"\n")
+        if i >= 0:
+            return start + i + 1
+        pos = start
+    return 0
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        return []
+    data = path.read_bytes()
+    complete = data[: data.rfind(b"\n") + 1]  # drop a trailing partial line
+    rows = []
+    for n, line in enumerate(complete.splitlines(), 1):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}:{n}: not valid JSON ({e.msg})") from None
+    return rows
+
+
+def _last_jsonl(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        return {}
+    with open(path, "rb") as f:
+        size = f.seek(0, os.SEEK_END)
+        end = _last_newline_end(f, size)
+        if end == 0:
+            return {}
+        start = _last_newline_end(f, end - 1)
+        f.seek(start)
+        line = f.read(end - start)
+    return json.loads(line) if line.strip() else {}
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some filesystems refuse fsync on directories; the rename is still atomic
+    finally:
+        os.close(fd)
+
+
+def _rmtree(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _finite(value: Any) -> Any:
+    """Replace non-finite floats by None (strict JSON), recursively."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _fresh_dir(root: Path, base: str) -> tuple[str, Path]:
+    for k in range(1000):
+        run_id = base if k == 0 else f"{base}-{k + 1}"
+        try:
+            (root / run_id).mkdir()
+            return run_id, root / run_id
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"could not find a free run id near {base!r} in {root}")
+
+
+def _compat_fields(cfg: RunConfig) -> dict[str, Any]:
+    p = cfg.policy
+    return {
+        "policy.model": p.model,
+        "policy.lora_r": p.lora_r,
+        "policy.lora_alpha": p.lora_alpha,
+        "policy.lora_target_modules": tuple(p.lora_target_modules),
+        "memory.embedder": cfg.memory.embedder,
+    }
