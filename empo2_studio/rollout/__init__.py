@@ -1,0 +1,27 @@
+"""Acting: lock-step rollout groups, side-by-side demo episodes, tip writing, the mode schedule.
+
+`play_group` plays the N episodes of one task variation together (one batched sample call per step);
+`play_side_by_side` plays a naive and a memory episode at once for the studio; `write_group_tips` lets
+the policy summarise finished episodes into the tip memory; `draw_update_mode` (from
+`algorithm.schedule`) picks an iteration's update mode with the paper's p and q.
+"""
+
+from empo2_studio.algorithm.schedule import draw_update_mode
+from empo2_studio.rollout.episodes import (
+    Timings,
+    key_text,
+    play_group,
+    play_side_by_side,
+    with_tips_message,
+    write_group_tips,
+)
+
+__all__ = [
+    "Timings",
+    "draw_update_mode",
+    "key_text",
+    "play_group",
+    "play_side_by_side",
+    "with_tips_message",
+    "write_group_tips",
+]

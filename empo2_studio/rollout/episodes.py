@@ -1,0 +1,334 @@
+"""Lock-step rollouts: N episodes played together, one batched `policy.sample` call per step.
+
+Implements the acting half of one EMPO² iteration (paper §4.2, Algorithm 1; method.md §1.2 steps 2–3):
+- every episode of a group starts the same task variation on its own env instance;
+- at each step the still-running episodes are asked for their next action in ONE batched sampling
+  call, then each env executes its action;
+- memory-mode episodes retrieve tips at every step (query = the conversation so far, tip-free, plus the
+  current observation) and see them appended to that turn's user message; earlier tips blocks stay in
+  the history, as in the recipe;
+- every step records both prompt variants (`Step.user_message` without tips, `Step.tips` to rebuild the
+  with-tips one), the sampled tokens with their behaviour log-probs, the executed action, and the
+  novelty bonus of the state it reached (paper §4.3, unscaled; the trainer applies the coefficient);
+- `write_group_tips` lets the policy write one tip per finished episode and stores it (one entry per
+  step, paper §2).
+
+Departures: the memory key and query texts are built from the tip-free conversation (so naive and memory
+episodes share one key space and a retrieved block never makes the next query look like itself); the
+novelty bonus is computed in every mode when a novelty memory is given (the paper describes it as part of
+the EMPO² reward, not of the memory prompt).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from empo2_studio.envs import TextEnv
+from empo2_studio.policy import ActionRequest, Turn
+from empo2_studio.policy import prompts
+from empo2_studio.types import Episode, Observation, RetrievedTip, RolloutMode, Split, Step, UpdateMode
+
+StepCallback = Callable[[int, Step], None]
+"""Called as `on_step(episode_index, step)` right after each step is executed."""
+
+
+@dataclass
+class Timings:
+    """Seconds spent per phase, accumulated over calls (the trainer's `time/*` metrics)."""
+
+    sampling: float = 0.0
+    env: float = 0.0
+    memory: float = 0.0
+
+    def add(self, phase: str, since: float) -> None:
+        setattr(self, phase, getattr(self, phase) + time.perf_counter() - since)
+
+
+@dataclass
+class _Live:
+    """The mutable state of one episode while it is being played."""
+
+    index: int
+    env: TextEnv
+    key: str
+    rollout_mode: RolloutMode
+    obs: Observation
+    step_limit: int
+    fewshot: tuple[str, ...]
+    turns: list[Turn] = field(default_factory=list)
+    """The conversation as the policy saw it (tips blocks included)."""
+    pairs: list[tuple[str, str]] = field(default_factory=list)
+    """(tip-free user message, action text) per finished turn: the memory key/query text."""
+    steps: list[Step] = field(default_factory=list)
+    done: bool = False
+    won: bool = False
+
+
+def play_group(
+    envs: Sequence[TextEnv],
+    policy: Any,
+    store: Any | None,
+    *,
+    task: str,
+    variation: int,
+    split: Split,
+    rollout_mode: RolloutMode,
+    update_mode: UpdateMode | None,
+    temperature: float,
+    seed: int,
+    embedder: Any | None = None,
+    novelty: Any | None = None,
+    on_step: StepCallback | None = None,
+    group_id: str | None = None,
+    timings: Timings | None = None,
+) -> list[Episode]:
+    """Play `len(envs)` episodes of one task variation in lock-step (the GRPO group).
+
+    Args:
+        envs: one env instance per episode (kept alive by the caller and reused across groups).
+        policy: a `Policy` (batched `sample`, `forget`, `decoding`, `version`).
+        store: the `TipStore` memory modes retrieve from (never written here; may be None for naive).
+        task, variation, split: what to play; every episode resets to the same variation.
+        rollout_mode: "naive" (plain prompt) or "memory" (tips retrieved every step).
+        update_mode: recorded on the episodes (None for evaluation / demo / adaptation episodes).
+        temperature: sampling temperature (train 1.0, eval 0.4).
+        seed: recorded on the episodes; the caller seeds the sampler.
+        embedder, novelty: embed each reached observation and score it with the novelty memory
+            (`NoveltyMemory.reward(vector)`, paper §4.3); both None disables the bonus (0.0).
+        on_step: streaming callback `(episode_index, Step)`.
+        group_id: shared by the episodes (a fresh id when None).
+        timings: accumulates sampling / env / memory seconds.
+
+    Returns:
+        The episodes in env order, each with `steps`, final `score` (−100 … 100) and `won`.
+
+    Raises:
+        ValueError: no envs, or memory mode without a store.
+    """
+    modes = [rollout_mode] * len(envs)
+    return _play(
+        envs, policy, store, modes, task=task, variation=variation, split=split, update_mode=update_mode,
+        temperature=temperature, seed=seed, embedder=embedder, novelty=novelty, on_step=on_step,
+        group_id=group_id if group_id is not None else uuid.uuid4().hex[:12], timings=timings,
+    )  # fmt: skip
+
+
+def play_side_by_side(
+    envs: Sequence[TextEnv],
+    policy: Any,
+    store: Any,
+    *,
+    task: str,
+    variation: int,
+    split: Split,
+    seed: int,
+    temperature: float,
+    on_step: Callable[[RolloutMode, Step], None] | None = None,
+    write_tips: bool = True,
+    timings: Timings | None = None,
+) -> tuple[Episode, Episode]:
+    """A naive and a memory episode of the same task/variation/seed, played at the same time.
+
+    One batched sample call per step over both; each step is streamed as `on_step(side, step)` with
+    side "naive" or "memory". Afterwards both episodes write their tips (when `write_tips`).
+
+    Returns:
+        (naive_episode, memory_episode), `update_mode` None (demo episodes are not trained on).
+
+    Raises:
+        ValueError: fewer than 2 envs given.
+    """
+    if len(envs) < 2:
+        raise ValueError(f"play_side_by_side needs 2 env instances, got {len(envs)}")
+    modes: list[RolloutMode] = ["naive", "memory"]
+    callback = None if on_step is None else (lambda i, step: on_step(modes[i], step))
+    naive, memory = _play(
+        envs[:2], policy, store, modes, task=task, variation=variation, split=split, update_mode=None,
+        temperature=temperature, seed=seed, embedder=None, novelty=None, on_step=callback,
+        group_id="", timings=timings,
+    )  # fmt: skip
+    if write_tips:
+        naive, memory = write_group_tips(policy, store, [naive, memory], timings=timings)
+    return naive, memory
+
+
+def write_group_tips(
+    policy: Any, store: Any, episodes: Sequence[Episode], *, timings: Timings | None = None
+) -> list[Episode]:
+    """Let the policy write one tip per episode and store it (paper §2; all modes, as the recipe does).
+
+    The tip of each episode goes into `store.add_episode_tips(episode, tip, key_text)` (one entry per
+    step); `key_text` is the episode's final tip-free conversation. Episodes whose cleaned tip is empty
+    store nothing.
+
+    Returns:
+        The episodes with `tip` set (same order).
+    """
+    from empo2_studio.memory.reflection import write_tips  # imported late: memory pulls in lancedb
+
+    if not episodes:
+        return []
+    t0 = time.perf_counter()
+    tips = write_tips(policy, episodes)
+    out = []
+    for episode, tip in zip(episodes, tips, strict=True):
+        if tip.strip():
+            store.add_episode_tips(episode, tip, key_text(episode))
+        out.append(replace(episode, tip=tip))
+    if timings is not None:
+        timings.add("memory", t0)
+    return out
+
+
+def key_text(episode: Episode) -> str:
+    """The memory key of a finished episode: its tip-free conversation as "user: … assistant: …"."""
+    return _cap(prompts.conversation_text([(s.user_message, s.sample.text) for s in episode.steps]))
+
+
+def _cap(text: str) -> str:
+    """Cut a key/query text to the store's limit (the embedder reads only its beginning anyway)."""
+    from empo2_studio.memory import MAX_KEY_CHARS
+
+    return text[:MAX_KEY_CHARS]
+
+
+def with_tips_message(step: Step) -> str:
+    """The user message exactly as the policy saw it when sampling `step` (tips block appended)."""
+    return prompts.with_tips(step.user_message, step.tips) if step.tips else step.user_message
+
+
+def _play(
+    envs: Sequence[TextEnv],
+    policy: Any,
+    store: Any | None,
+    modes: Sequence[RolloutMode],
+    *,
+    task: str,
+    variation: int,
+    split: Split,
+    update_mode: UpdateMode | None,
+    temperature: float,
+    seed: int,
+    embedder: Any | None,
+    novelty: Any | None,
+    on_step: StepCallback | None,
+    group_id: str,
+    timings: Timings | None,
+) -> list[Episode]:
+    if not envs:
+        raise ValueError("play_group needs at least one env instance, got none")
+    if "memory" in modes and store is None:
+        raise ValueError("memory rollouts need a tip store; got store=None")
+    timings = timings if timings is not None else Timings()
+    live = _start(envs, modes, task, variation, timings)
+    while running := [ep for ep in live if not ep.done]:
+        _advance(running, policy, store, task, variation, temperature, embedder, novelty, on_step, timings)
+    now = time.time()
+    return [
+        Episode(
+            episode_id=f"{group_id or 'ep'}-{uuid.uuid4().hex[:8]}-{ep.index}",
+            env=envs[ep.index].name, task=task, variation=variation, split=split,
+            rollout_mode=ep.rollout_mode, update_mode=update_mode, decoding=policy.decoding,
+            temperature=temperature, seed=seed, steps=tuple(ep.steps), score=ep.obs.score, won=ep.won,
+            policy_version=policy.version, group_id=group_id, created_at=now,
+        )  # fmt: skip
+        for ep in live
+    ]
+
+
+def _start(
+    envs: Sequence[TextEnv], modes: Sequence[RolloutMode], task: str, variation: int, timings: Timings
+) -> list[_Live]:
+    t0 = time.perf_counter()
+    live = []
+    for i, (env, mode) in enumerate(zip(envs, modes, strict=True)):
+        obs = env.reset(task, variation)
+        live.append(
+            _Live(
+                index=i, env=env, key=uuid.uuid4().hex, rollout_mode=mode, obs=obs,
+                step_limit=env.step_limit(task), fewshot=tuple(env.fewshot_examples(task)),
+            )  # fmt: skip
+        )
+    timings.add("env", t0)
+    return live
+
+
+def _advance(
+    running: list[_Live],
+    policy: Any,
+    store: Any | None,
+    task: str,
+    variation: int,
+    temperature: float,
+    embedder: Any | None,
+    novelty: Any | None,
+    on_step: StepCallback | None,
+    timings: Timings,
+) -> None:
+    """One lock-step: prompt every running episode, sample once for all, execute, record."""
+    messages, tips = [], []
+    for ep in running:
+        user = (
+            prompts.first_user_message(ep.env.name, ep.obs, ep.fewshot)
+            if not ep.steps
+            else prompts.step_user_message(ep.obs)
+        )
+        messages.append(user)
+        tips.append(_retrieve(store, ep, user, task, variation, timings))
+    requests = [
+        ActionRequest(
+            key=ep.key,
+            turns=(*ep.turns, Turn(prompts.with_tips(user, t) if t else user, None, ep.obs.valid_actions)),
+        )
+        for ep, user, t in zip(running, messages, tips)
+    ]
+    t0 = time.perf_counter()
+    samples = policy.sample(requests, temperature=temperature)
+    timings.add("sampling", t0)
+    t0 = time.perf_counter()
+    results = [ep.env.step(s.text) for ep, s in zip(running, samples)]
+    timings.add("env", t0)
+    bonuses = _novelty(results, embedder, novelty, timings)
+    for ep, user, t, req, sample, result, bonus in zip(running, messages, tips, requests, samples, results, bonuses):
+        step = Step(
+            index=len(ep.steps), user_message=user, tips=tuple(t), valid_actions=ep.obs.valid_actions,
+            sample=sample, action=result.action, corrected=result.corrected, reward=result.reward,
+            score=result.observation.score, observation=result.observation.text, intrinsic_reward=bonus,
+        )  # fmt: skip
+        ep.steps.append(step)
+        ep.turns.append(Turn(req.turns[-1].user_text, sample.token_ids, ep.obs.valid_actions))
+        ep.pairs.append((user, sample.text))
+        ep.obs = result.observation
+        ep.won = result.won
+        if result.done or len(ep.steps) >= ep.step_limit:
+            ep.done = True
+            policy.forget(ep.key)
+        if on_step is not None:
+            on_step(ep.index, step)
+
+
+def _retrieve(
+    store: Any | None, ep: _Live, user: str, task: str, variation: int, timings: Timings
+) -> list[RetrievedTip]:
+    if ep.rollout_mode != "memory":
+        return []
+    t0 = time.perf_counter()
+    query = _cap(prompts.conversation_text([*ep.pairs, (user, "")]))
+    found = list(store.retrieve(task, variation, query))
+    timings.add("memory", t0)
+    return found
+
+
+def _novelty(results: list, embedder: Any | None, novelty: Any | None, timings: Timings) -> list[float]:
+    """Novelty bonus per reached state: 1/n for a state unlike the n similar ones seen (paper §4.3)."""
+    if embedder is None or novelty is None:
+        return [0.0] * len(results)
+    t0 = time.perf_counter()
+    vectors = embedder.embed([r.observation.text for r in results])
+    bonuses = [float(novelty.reward(v)) for v in vectors]
+    timings.add("memory", t0)
+    return bonuses

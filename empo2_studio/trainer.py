@@ -1,0 +1,358 @@
+"""The EMPO² training loop (paper Algorithm 1; method.md §1.2): rollouts → tips → advantages → update.
+
+`Trainer` owns the policy, the optimizer (AdamW over the LoRA parameters), the tip store, a pool of env
+instances (one per group member, kept alive across iterations), one novelty memory per (task, variation)
+and the session the run is recorded in. One `step()` is one iteration:
+
+1. draw the update mode (memory with p, off-policy within memory with q; or a forced mode);
+2. for each of `variations_per_iteration` training variations, play a group of N episodes in lock-step
+   (`rollout.play_group`), memory modes retrieving tips at every step;
+3. every training episode writes its tip (all modes, as the recipe does);
+4. group-relative advantages from each episode's return R = extrinsic return + intrinsic_coef × Σ novelty
+   bonuses (the paper's EMPO² reward adds the bonus to the score; the recipe's merged code drops it);
+5. `update.policy_update`: re-score, mask, clipped surrogate, AdamW (`update_epochs` passes);
+6. metrics and episodes go to the session; the adapter (and trainer state) every `checkpoint_every`.
+
+Learning rate: the paper's 1e-6 is for full fine-tuning of a 7B model. LoRA updates a tiny low-rank
+delta and needs a much larger step; `TrainConfig.learning_rate` (1e-4 by default) is the value this
+project uses for the embedded 135M model (see README and benchmarks/bench_learning.py).
+
+Evaluation and OOD adaptation live in `evaluation.py`; the update math in `update.py`.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import random
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from empo2_studio import evaluation
+from empo2_studio.algorithm import NoveltyMemory, group_advantages
+from empo2_studio.config import RunConfig
+from empo2_studio.rollout import Timings, draw_update_mode, play_group, play_side_by_side, write_group_tips
+from empo2_studio.types import UPDATE_MODES, Episode, IterationReport, UpdateMode, rollout_mode_of
+from empo2_studio.update import UpdateSettings, policy_update
+
+MODE_CODE = {mode: i for i, mode in enumerate(UPDATE_MODES)}
+"""`rollout/update_mode` codes: 0 on-policy, 1 on-policy-with-tips, 2 off-policy."""
+
+STATE_FILE = "trainer_state.pt"
+"""Saved next to each checkpoint's adapter: iteration, RNG states, optimizer state, novelty memories."""
+
+PAPER_TRAIN_VARIATIONS = 5
+"""The paper trains on the first 5 training variations of a task (method.md §3)."""
+
+
+class Trainer:
+    """Runs EMPO² iterations on one task and records them in a session.
+
+    Args:
+        cfg: the run config (validated here; ValueError names the bad field).
+        session: where metrics, episodes, tips and checkpoints go (`sessions.Session`).
+        policy: a ready policy (e.g. the tiny test policy); None loads `cfg.policy`.
+        embedder: a ready embedder; None builds `cfg.memory.embedder`.
+        micro_batch_episodes: episodes scored per forward/backward pass (memory bound).
+    """
+
+    def __init__(
+        self,
+        cfg: RunConfig,
+        session: Any,
+        *,
+        policy: Any | None = None,
+        embedder: Any | None = None,
+        micro_batch_episodes: int = 2,
+    ) -> None:
+        from empo2_studio.memory import TipStore, make_embedder
+        from empo2_studio.policy import load_policy
+
+        self.cfg = cfg.validate()
+        self.session = session
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        self.policy = policy if policy is not None else load_policy(cfg.policy)
+        self.embedder = embedder if embedder is not None else make_embedder(cfg.memory.embedder)
+        self.store = TipStore.open(session.tips_path, self.embedder, cfg.memory)
+        self.iteration = 0
+        self.rng = random.Random(cfg.seed)
+        self.optimizer = torch.optim.AdamW(
+            [p for p in self.policy.trainable_parameters() if p.requires_grad],
+            lr=cfg.train.learning_rate,
+            weight_decay=cfg.train.weight_decay,
+        )
+        self.settings = UpdateSettings(
+            algo=cfg.algo, grad_clip=cfg.train.grad_clip, update_epochs=cfg.train.update_epochs,
+            micro_batch_episodes=micro_batch_episodes,
+        )  # fmt: skip
+        self._envs: list[Any] = []
+        self._novelty: dict[tuple[str, int], NoveltyMemory] = {}
+        self._variations: tuple[int, ...] | None = None
+
+    # ---- resources ---------------------------------------------------------------------------
+    def envs(self, n: int) -> list[Any]:
+        """The first `n` env instances of the pool, creating missing ones (kept until `close`)."""
+        from empo2_studio.envs import make_env
+
+        while len(self._envs) < n:
+            self._envs.append(make_env(self.cfg.env))
+        return self._envs[:n]
+
+    def close(self) -> None:
+        """Release the env pool (JVMs for ScienceWorld). Idempotent."""
+        for env in self._envs:
+            env.close()
+        self._envs = []
+
+    def train_variations(self) -> tuple[int, ...]:
+        """`cfg.env.variations`, or the first 5 train variations of the task (paper default)."""
+        if self._variations is None:
+            given = self.cfg.env.variations
+            self._variations = given or self.envs(1)[0].variations(self.cfg.env.task, "train")[:PAPER_TRAIN_VARIATIONS]
+        return self._variations
+
+    def novelty(self, task: str, variation: int) -> NoveltyMemory | None:
+        """The novelty memory of (task, variation); None when the intrinsic reward is off."""
+        if self.cfg.algo.intrinsic_coef == 0.0:
+            return None
+        key = (task, variation)
+        if key not in self._novelty:
+            self._novelty[key] = NoveltyMemory(self.cfg.algo.novelty_threshold)
+        return self._novelty[key]
+
+    def _seed_sampling(self, salt: int) -> None:
+        """Seed the sampler per iteration from (run seed, iteration) so a resumed run replays it."""
+        torch.manual_seed(self.cfg.seed * 1_000_003 + salt)
+
+    # ---- one iteration -----------------------------------------------------------------------
+    def step(self, *, forced_mode: UpdateMode | None = None) -> IterationReport:
+        """One training iteration (module docstring); returns its report and records it.
+
+        Raises:
+            ValueError: `forced_mode` is not one of on-policy / on-policy-with-tips / off-policy.
+        """
+        if forced_mode is not None and forced_mode not in UPDATE_MODES:
+            raise ValueError(f"forced_mode must be one of {list(UPDATE_MODES)} or None, got {forced_mode!r}")
+        t_start = time.perf_counter()
+        r = self.cfg.rollout
+        mode = forced_mode or r.forced_mode or draw_update_mode(self.rng, r.p_memory, r.q_off_policy)
+        variations = [self.rng.choice(self.train_variations()) for _ in range(r.variations_per_iteration)]
+        self.iteration += 1
+        self._seed_sampling(self.iteration)
+        timings = Timings()
+        groups = [self._play_training_group(v, mode, timings) for v in variations]
+        episodes = [ep for g in groups for ep in g]
+        advantages = self._advantages(groups)
+        metrics = policy_update(self.policy, self.optimizer, episodes, advantages, mode, self.settings)
+        metrics.update(self._rollout_metrics(episodes, mode, timings))
+        metrics["time/iteration"] = time.perf_counter() - t_start
+        return self._record("train", mode, metrics, episodes)
+
+    def train(
+        self,
+        iterations: int,
+        *,
+        stop: threading.Event | None = None,
+        on_report: Callable[[IterationReport], None] | None = None,
+    ) -> list[IterationReport]:
+        """Run up to `iterations` steps (stopping early, after the current step, when `stop` is set).
+
+        Checkpoints every `checkpoint_every` iterations and once at the end.
+        """
+        reports = []
+        for _ in range(iterations):
+            if stop is not None and stop.is_set():
+                break
+            report = self.step()
+            reports.append(report)
+            if on_report is not None:
+                on_report(report)
+            if self.iteration % self.cfg.train.checkpoint_every == 0:
+                self.save_checkpoint()
+        if reports and self.iteration % self.cfg.train.checkpoint_every != 0:
+            self.save_checkpoint()
+        return reports
+
+    def _play_training_group(self, variation: int, mode: UpdateMode, timings: Timings) -> list[Episode]:
+        task = self.cfg.env.task
+        episodes = play_group(
+            self.envs(self.cfg.rollout.group_size), self.policy, self.store, task=task, variation=variation,
+            split="train", rollout_mode=rollout_mode_of(mode), update_mode=mode,
+            temperature=self.cfg.rollout.train_temperature, seed=self.cfg.seed * 1_000_003 + self.iteration,
+            embedder=self.embedder, novelty=self.novelty(task, variation), timings=timings,
+        )  # fmt: skip
+        return write_group_tips(self.policy, self.store, episodes, timings=timings)
+
+    def _advantages(self, groups: Sequence[Sequence[Episode]]) -> list[float]:
+        """Group-relative advantages of R = extrinsic return + intrinsic_coef × Σ intrinsic rewards."""
+        coef = self.cfg.algo.intrinsic_coef
+        returns = torch.tensor(
+            [[ep.return_ + coef * sum(s.intrinsic_reward for s in ep.steps) for ep in g] for g in groups],
+            dtype=torch.float64,
+        )
+        return group_advantages(returns, self.cfg.algo.adv_eps).flatten().tolist()
+
+    def _rollout_metrics(self, episodes: Sequence[Episode], mode: UpdateMode, timings: Timings) -> dict[str, float]:
+        n = len(episodes)
+        mean_score = sum(ep.score for ep in episodes) / n
+        steps = [s for ep in episodes for s in ep.steps]
+        retrieved = [len(s.tips) for s in steps]
+        intrinsic = [s.intrinsic_reward for s in steps]
+        return {
+            "rollout/score_mean": mean_score,
+            f"rollout/score_{rollout_mode_of(mode)}": mean_score,
+            "rollout/success_rate": sum(ep.won for ep in episodes) / n,
+            "rollout/episode_len": len(steps) / n,
+            "rollout/update_mode": float(MODE_CODE[mode]),
+            "rollout/episodes": float(n),
+            "memory/tips_total": float(self.store.count()),
+            "memory/tips_retrieved_mean": sum(retrieved) / max(len(retrieved), 1),
+            "memory/tips_written": float(sum(1 for ep in episodes if ep.tip and ep.tip.strip())),
+            "reward/intrinsic_mean": sum(intrinsic) / max(len(intrinsic), 1),
+            "time/sampling": timings.sampling,
+            "time/env": timings.env,
+            "time/memory": timings.memory,
+        }
+
+    def _record(
+        self, kind: str, mode: UpdateMode | None, metrics: dict[str, float], episodes: Sequence[Episode]
+    ) -> IterationReport:
+        self.session.append_episodes(list(episodes))
+        self.session.append_metrics({"iteration": self.iteration, "kind": kind, **metrics})
+        return IterationReport(
+            iteration=self.iteration, update_mode=mode, metrics=metrics,
+            episode_ids=tuple(ep.episode_id for ep in episodes),
+            skipped_update=bool(metrics.get("guard/skipped", 0.0)),
+        )  # fmt: skip
+
+    # ---- distillation ------------------------------------------------------------------------
+    def distill(self, episode_ids: Sequence[str]) -> IterationReport:
+        """Off-policy update over chosen memory-mode episodes of this session, without new rollouts.
+
+        Current log-probs on the tip-free conversation vs the with-tips behaviour log-probs. Each
+        episode keeps the advantage it had in its own training group (all session episodes sharing its
+        `group_id`); episodes without a group are grouped by (task, variation) among the chosen ones.
+
+        Raises:
+            ValueError: empty selection, or naive episodes among them (named; nothing is changed).
+            KeyError: an id not in the session.
+        """
+        if not episode_ids:
+            raise ValueError("distill needs at least one episode id, got none")
+        chosen = self.session.episodes(list(episode_ids))
+        found = {ep.episode_id for ep in chosen}
+        missing = [i for i in episode_ids if i not in found]
+        if missing:
+            raise KeyError(f"episodes not in session {self.session.dir}: {missing}")
+        naive = [ep.episode_id for ep in chosen if ep.rollout_mode != "memory"]
+        if naive:
+            raise ValueError(
+                f"distill trains tip-free on actions sampled WITH tips; these episodes were played "
+                f"without tips (rollout_mode 'naive') and cannot be distilled: {naive}"
+            )
+        t0 = time.perf_counter()
+        advantages = self._distill_advantages(chosen)
+        self.iteration += 1
+        metrics = policy_update(self.policy, self.optimizer, chosen, advantages, "off-policy", self.settings)
+        metrics.update({"distill/episodes": float(len(chosen)), "rollout/update_mode": float(MODE_CODE["off-policy"])})
+        metrics["time/iteration"] = time.perf_counter() - t0
+        return self._record("distill", "off-policy", metrics, [])
+
+    def _distill_advantages(self, chosen: Sequence[Episode]) -> list[float]:
+        by_group: dict[str, list[Episode]] = {}
+        all_eps = self.session.episodes() if any(ep.group_id for ep in chosen) else []
+        for ep in all_eps:
+            if ep.group_id:
+                by_group.setdefault(ep.group_id, []).append(ep)
+        for ep in chosen:
+            if not ep.group_id:
+                by_group.setdefault(f"adhoc:{ep.task}:{ep.variation}", []).append(ep)
+        coef = self.cfg.algo.intrinsic_coef
+        adv_of: dict[str, float] = {}
+        for members in by_group.values():
+            unique = list({m.episode_id: m for m in members}.values())
+            if len(unique) < 2:
+                adv_of[unique[0].episode_id] = 0.0  # a lone episode has no baseline: no signal
+                continue
+            returns = torch.tensor(
+                [[m.return_ + coef * sum(s.intrinsic_reward for s in m.steps) for m in unique]], dtype=torch.float64
+            )
+            for m, a in zip(unique, group_advantages(returns, self.cfg.algo.adv_eps)[0].tolist()):
+                adv_of[m.episode_id] = a
+        return [adv_of[ep.episode_id] for ep in chosen]
+
+    # ---- evaluation, adaptation, demo --------------------------------------------------------
+    def evaluate(self, *, variations: int | None = None, repeats: int | None = None) -> dict[str, float]:
+        """Test-split evaluation without memory at the eval temperature (see `evaluation.evaluate`)."""
+        return evaluation.evaluate(self, variations=variations, repeats=repeats)
+
+    def adapt(self, task: str, *, trials: int = 10, on_trial: Callable[[dict[str, float]], None] | None = None):
+        """OOD adaptation with frozen weights (see `evaluation.adapt`)."""
+        return evaluation.adapt(self, task, trials=trials, on_trial=on_trial)
+
+    def play_side_by_side(
+        self, task: str, variation: int, *, seed: int, temperature: float, on_step=None
+    ) -> tuple[Episode, Episode]:
+        """A naive and a memory episode of the same task/variation/seed, streamed per step; tips written."""
+        torch.manual_seed(seed)
+        pair = play_side_by_side(
+            self.envs(2), self.policy, self.store, task=task, variation=variation, split="train",
+            seed=seed, temperature=temperature, on_step=on_step,
+        )  # fmt: skip
+        self.session.append_episodes(list(pair))
+        return pair
+
+    # ---- checkpoints -------------------------------------------------------------------------
+    def save_checkpoint(self) -> Path:
+        """Save the adapter and the trainer state for the current iteration; returns the directory."""
+        state = {
+            "iteration": self.iteration,
+            "rng": self.rng.getstate(),
+            "optimizer": self.optimizer.state_dict(),
+            "novelty": pickle.dumps(self._novelty),
+        }
+
+        def save(tmp: Path) -> None:
+            self.policy.save_adapter(str(tmp))
+            torch.save(state, tmp / STATE_FILE)
+
+        # Written into a temp folder and renamed: a kill mid-save never leaves a listed half checkpoint.
+        path = self.session.write_checkpoint(self.iteration, save)
+        self.session.set_state({**self.session.state(), "iteration": self.iteration, "checkpoint": str(path)})
+        return path
+
+    @classmethod
+    def resume(cls, session: Any, **kw: Any) -> Trainer:
+        """A trainer continuing `session` from its latest complete checkpoint.
+
+        Loads the adapter (the policy refuses one saved for another base model), the optimizer state,
+        the RNG state and the novelty memories; tips and episodes recorded after that checkpoint stay.
+
+        Raises:
+            ValueError: the session has no checkpoint, or the checkpoint belongs to another base model.
+        """
+        trainer = cls(session.config, session, **kw)
+        latest = _latest_complete(session)
+        if latest is None:
+            raise ValueError(f"session {session.dir} has no complete checkpoint to resume from")
+        iteration, path = latest
+        trainer.policy.load_adapter(str(path))
+        state = torch.load(Path(path) / STATE_FILE, weights_only=False)
+        trainer.iteration = int(state["iteration"])
+        trainer.rng.setstate(state["rng"])
+        trainer.optimizer.load_state_dict(state["optimizer"])
+        trainer._novelty = pickle.loads(state["novelty"])
+        return trainer
+
+
+def _latest_complete(session: Any) -> tuple[int, Path] | None:
+    """The newest checkpoint whose trainer state was fully written (a kill can interrupt a save)."""
+    for iteration, path in sorted(session.checkpoints(), reverse=True):
+        if (Path(path) / STATE_FILE).exists():
+            return iteration, Path(path)
+    return None

@@ -1,0 +1,289 @@
+"""One policy-gradient update from played episodes (paper §4.2 Eq. 1–2, App. C; method.md §1.2–1.3).
+
+Given episodes with their group-relative advantages and the iteration's update mode, this module
+re-scores the sampled action tokens with the current policy, builds the masks and applies the clipped
+surrogate with AdamW on the LoRA parameters. The three update modes differ only in the conversation the
+current log-probs are taken on:
+
+| update mode         | current log-probs on            | old (behaviour) log-probs       |
+|---------------------|---------------------------------|---------------------------------|
+| on-policy           | the plain conversation          | `Step.sample.logprobs` (plain)  |
+| on-policy-with-tips | the conversation with tips      | `Step.sample.logprobs` (tips)   |
+| off-policy          | the tip-free conversation       | `Step.sample.logprobs` (tips)   |
+
+Behaviour log-probs are always the ones recorded at sampling time (never a re-score), so an off-policy
+ratio is visibly ≠ 1 from the first pass (design.md §11).
+
+Layout: each turn is one row (prompt = the whole history up to it, response = its action tokens). Under
+causal attention, scoring an episode's whole conversation once yields every turn's log-probs exactly as
+scoring each prefix separately would, so the policy is asked once per episode (`policy.score`, packed).
+Episodes are scored in micro-batches and their losses accumulated: each micro-batch's loss is taken
+as a *sum* (normaliser 1) and the gradients are divided by the global count at the end, so the result
+equals one big batch under every `loss_agg`.
+
+Low-probability mask (paper rule): tokens whose current *tip-free* log-prob (detached) is below δ are
+dropped, per token or per sequence (`AlgoConfig.low_prob_mask`), in every update mode (the paper writes
+the indicator into the one loss of Eq. 2; the recipe applies it to every batch when enabled). In
+on-policy-with-tips mode this costs one extra no-grad scoring pass on the tip-free conversation.
+
+Length limit: turns whose prompt + response exceed `max_train_tokens` (recipe: 4500) are dropped from
+training, as the recipe's `max_train_length` does; since the history only grows, that is every turn from
+the first over-long one on. Lengths are counted with the policy's tokenizer on the message texts plus a
+small per-turn allowance for the chat template.
+
+Guard: a non-finite loss or gradient skips the optimizer step, zeroes the gradients and reports
+`guard/skipped = 1`; the weights are never touched.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from empo2_studio.algorithm import clipped_surrogate_loss, kl_penalty, low_prob_mask
+from empo2_studio.config import AlgoConfig
+from empo2_studio.policy import Turn
+from empo2_studio.rollout import with_tips_message
+from empo2_studio.types import Episode, UpdateMode
+
+MAX_TRAIN_TOKENS = 4500
+"""Turns whose prompt + response exceed this many tokens are not trained on (recipe `max_train_length`)."""
+
+TEMPLATE_TOKENS_PER_TURN = 8
+"""Allowance for the chat template's role markers around each message when counting lengths."""
+
+
+@dataclass(frozen=True)
+class UpdateSettings:
+    """What an update needs from the run config (AlgoConfig plus the optimiser knobs)."""
+
+    algo: AlgoConfig
+    grad_clip: float = 1.0
+    update_epochs: int = 1
+    micro_batch_episodes: int = 2
+    """Episodes scored per forward/backward; bounds activation memory (CPU laptops)."""
+    max_train_tokens: int = MAX_TRAIN_TOKENS
+
+
+def conversation(episode: Episode, update_mode: UpdateMode, *, n_turns: int | None = None) -> list[Turn]:
+    """The turns to score for `episode`: with tips only in on-policy-with-tips mode.
+
+    Args:
+        episode: a played episode. update_mode: which prompt variant the current log-probs use.
+        n_turns: keep only the first n turns (the length limit); None = all.
+    """
+    keep_tips = update_mode == "on-policy-with-tips"
+    steps = episode.steps if n_turns is None else episode.steps[:n_turns]
+    return [
+        Turn(with_tips_message(s) if keep_tips else s.user_message, s.sample.token_ids, s.valid_actions)
+        for s in steps
+    ]
+
+
+def trainable_turns(policy: Any, episode: Episode, update_mode: UpdateMode, max_tokens: int) -> int:
+    """How many leading turns of `episode` fit in `max_tokens` (prompt + response, counted cumulatively)."""
+    tokenizer = policy.tokenizer
+    keep_tips = update_mode == "on-policy-with-tips"
+    total = 0
+    for i, s in enumerate(episode.steps):
+        text = with_tips_message(s) if keep_tips else s.user_message
+        total += len(tokenizer.encode(text, add_special_tokens=False))
+        total += len(s.sample.token_ids) + TEMPLATE_TOKENS_PER_TURN
+        if total > max_tokens:
+            return i
+    return len(episode.steps)
+
+
+def policy_update(
+    policy: Any,
+    optimizer: torch.optim.Optimizer,
+    episodes: Sequence[Episode],
+    advantages: Sequence[float],
+    update_mode: UpdateMode,
+    settings: UpdateSettings,
+) -> dict[str, float]:
+    """Run `settings.update_epochs` optimizer passes over the episodes' turns.
+
+    Args:
+        policy: an HFPolicy (`score`, `trainable_parameters`, `tokenizer`; `model` when kl_coef > 0).
+        optimizer: AdamW over `policy.trainable_parameters()`.
+        episodes: the played episodes (their steps carry the behaviour log-probs).
+        advantages: one group-relative advantage per episode (same order).
+        update_mode: selects the conversation the current log-probs are taken on (module table).
+        settings: clipping, mask, aggregation, grad clip, epochs, micro-batch size, length limit.
+
+    Returns:
+        Metrics (last epoch for loss/ratio/mask, summed times): `loss/policy`, `loss/kl`, `ratio/*`,
+        `mask/low_prob_frac`, `grad/norm`, `guard/skipped` (1 if any pass was skipped),
+        `train/turns`, `train/tokens`, `train/dropped_turns`, `time/scoring`, `time/backward`.
+
+    Raises:
+        ValueError: `advantages` and `episodes` differ in length.
+    """
+    if len(advantages) != len(episodes):
+        raise ValueError(f"need one advantage per episode, got {len(advantages)} for {len(episodes)} episodes")
+    keep = [trainable_turns(policy, ep, update_mode, settings.max_train_tokens) for ep in episodes]
+    items = [(ep, float(a), k) for ep, a, k in zip(episodes, advantages, keep) if k > 0]
+    metrics: dict[str, float] = {
+        "train/dropped_turns": float(sum(len(ep.steps) for ep in episodes) - sum(keep)),
+        "time/scoring": 0.0,
+        "time/backward": 0.0,
+        "guard/skipped": 0.0,
+    }
+    if not items or (all(a == 0.0 for _, a, _ in items) and settings.algo.kl_coef == 0.0):
+        # Every advantage is 0 (all returns equal): the loss is identically 0, nothing to learn.
+        metrics.update({"loss/policy": 0.0, "loss/kl": 0.0, "mask/low_prob_frac": 0.0, "train/turns": 0.0})
+        metrics.update({"train/tokens": 0.0, "grad/norm": 0.0, "train/no_signal": 1.0})
+        return metrics
+    for _ in range(settings.update_epochs):
+        epoch = _one_pass(policy, optimizer, items, update_mode, settings)
+        metrics["time/scoring"] += epoch.pop("time/scoring")
+        metrics["time/backward"] += epoch.pop("time/backward")
+        metrics["guard/skipped"] = max(metrics["guard/skipped"], epoch.pop("guard/skipped"))
+        metrics.update(epoch)
+    return metrics
+
+
+def _one_pass(
+    policy: Any, optimizer: torch.optim.Optimizer, items: list, update_mode: UpdateMode, settings: UpdateSettings
+) -> dict[str, float]:
+    a = settings.algo
+    params = [p for p in policy.trainable_parameters() if p.requires_grad]
+    optimizer.zero_grad(set_to_none=True)
+    sums = _Sums()
+    t_score = t_back = 0.0
+    finite = True
+    for start in range(0, len(items), settings.micro_batch_episodes):
+        chunk = items[start : start + settings.micro_batch_episodes]
+        t0 = time.perf_counter()
+        logps, old, adv, mask = _score_chunk(policy, chunk, update_mode)
+        ref = logps.detach() if update_mode != "on-policy-with-tips" else _tip_free_logps(policy, chunk, mask)
+        kept = low_prob_mask(ref, threshold=a.low_prob_threshold, rule=a.low_prob_mask, loss_mask=mask)
+        loss, m = clipped_surrogate_loss(
+            logps, old, adv, kept, clip_low=a.clip_low, clip_high=a.clip_high, dual_clip=a.dual_clip,
+            loss_agg=a.loss_agg, normalizer=1.0,
+        )  # fmt: skip
+        kl = _kl_sum(policy, chunk, update_mode, logps, kept, a) if a.kl_coef > 0 else logps.new_zeros(())
+        t_score += time.perf_counter() - t0
+        total = loss + a.kl_coef * kl
+        if not torch.isfinite(total):
+            finite = False
+            break
+        t0 = time.perf_counter()
+        total.backward()
+        t_back += time.perf_counter() - t0
+        sums.add(m, kept, mask, a.loss_agg, float(loss.detach()), float(kl.detach()))
+    t0 = time.perf_counter()
+    grad_norm = float("nan")
+    if finite:
+        count = sums.count
+        for p in params:
+            if p.grad is not None:
+                p.grad.div_(max(count, 1.0))
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, settings.grad_clip))
+        finite = math.isfinite(grad_norm)
+    if finite:
+        optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    t_back += time.perf_counter() - t0
+    out = sums.metrics()
+    out.update({"grad/norm": grad_norm, "guard/skipped": 0.0 if finite else 1.0})
+    out.update({"time/scoring": t_score, "time/backward": t_back})
+    return out
+
+
+def _score_chunk(
+    policy: Any, chunk: list, update_mode: UpdateMode
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Current log-probs (B, T) with grad, behaviour log-probs (B, T), advantages (B,), loss mask (B, T)."""
+    convs = [conversation(ep, update_mode, n_turns=k) for ep, _, k in chunk]
+    scored = policy.score(convs)
+    rows, old_rows, adv_rows = [], [], []
+    for (ep, adv, k), per_turn in zip(chunk, scored, strict=True):
+        for step, lp in zip(ep.steps[:k], per_turn, strict=True):
+            rows.append(lp)
+            old_rows.append(torch.tensor(step.sample.logprobs, dtype=torch.float32))
+            adv_rows.append(adv)
+    logps = _pad(rows)
+    device = logps.device
+    old = _pad(old_rows).to(device)
+    lengths = torch.tensor([r.shape[0] for r in rows], device=device)
+    mask = torch.arange(logps.shape[1], device=device)[None, :] < lengths[:, None]
+    return logps.float(), old, torch.tensor(adv_rows, dtype=torch.float32, device=device), mask
+
+
+def _tip_free_logps(policy: Any, chunk: list, mask: torch.Tensor) -> torch.Tensor:
+    """Detached current log-probs on the tip-free conversation (the paper's reference for the δ rule)."""
+    with torch.no_grad():
+        scored = policy.score([conversation(ep, "off-policy", n_turns=k) for ep, _, k in chunk])
+    return _pad([lp for per_turn in scored for lp in per_turn]).float().to(mask.device)
+
+
+def _kl_sum(policy: Any, chunk: list, update_mode: UpdateMode, logps, kept, a: AlgoConfig) -> torch.Tensor:
+    """Summed k3 KL against the adapter-free base model on the same conversations (β·KL, paper Eq. 1)."""
+    with torch.no_grad(), policy.model.disable_adapter():
+        scored = policy.score([conversation(ep, update_mode, n_turns=k) for ep, _, k in chunk])
+    ref = _pad([lp for per_turn in scored for lp in per_turn]).float().to(logps.device)
+    kl_mean = kl_penalty(logps, ref, kept, loss_agg=a.loss_agg)
+    return kl_mean * _local_count(kept, a.loss_agg)
+
+
+def _pad(rows: list[torch.Tensor]) -> torch.Tensor:
+    return torch.nn.utils.rnn.pad_sequence(rows, batch_first=True, padding_value=0.0)
+
+
+def _local_count(kept: torch.Tensor, loss_agg: str) -> float:
+    """The denominator `aggregate` uses for this chunk: valid tokens, or rows with ≥ 1 valid token."""
+    if loss_agg == "token-mean":
+        return float(kept.sum())
+    return float((kept.sum(dim=1) > 0).sum())
+
+
+class _Sums:
+    """Accumulates counts and count-weighted metrics over micro-batches."""
+
+    def __init__(self) -> None:
+        self.count = 0.0
+        self.loss_sum = self.kl_sum = 0.0
+        self.tokens = self.dropped = self.valid = self.rows = 0
+        self.ratio: dict[str, float] = {}
+        self.weight = 0.0
+
+    def add(self, m: dict, kept, mask, loss_agg: str, loss_sum: float, kl_sum: float) -> None:
+        n = _local_count(kept, loss_agg)
+        self.count += n
+        self.loss_sum += loss_sum
+        self.kl_sum += kl_sum
+        self.valid += int(mask.sum())
+        self.dropped += int((mask & ~kept).sum())
+        self.tokens += int(kept.sum())
+        self.rows += int(mask.shape[0])
+        w = float(kept.sum())
+        for k, v in m.items():
+            if not k.startswith("ratio/"):
+                continue
+            if k == "ratio/max":
+                self.ratio[k] = max(self.ratio.get(k, -math.inf), v)
+            elif k == "ratio/min":
+                self.ratio[k] = min(self.ratio.get(k, math.inf), v)
+            else:
+                self.ratio[k] = self.ratio.get(k, 0.0) + v * w
+        self.weight += w
+
+    def metrics(self) -> dict[str, float]:
+        c = max(self.count, 1.0)
+        out = {
+            "loss/policy": self.loss_sum / c,
+            "loss/kl": self.kl_sum / c,
+            "mask/low_prob_frac": self.dropped / self.valid if self.valid else 0.0,
+            "train/turns": float(self.rows),
+            "train/tokens": float(self.tokens),
+        }
+        for k, v in self.ratio.items():
+            out[k] = v if k in ("ratio/max", "ratio/min") else v / max(self.weight, 1.0)
+        return out

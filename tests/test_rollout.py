@@ -1,0 +1,171 @@
+"""Lock-step rollouts on the trap env with the tiny random policy and the hash embedder."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from empo2_studio.algorithm import NoveltyMemory
+from empo2_studio.algorithm.schedule import draw_update_mode as algo_draw
+from empo2_studio.config import MemoryConfig
+from empo2_studio.envs.trap import TrapEnv
+from empo2_studio.memory import TipStore, make_embedder
+from empo2_studio.policy import prompts
+from empo2_studio.rollout import (
+    Timings,
+    draw_update_mode,
+    key_text,
+    play_group,
+    play_side_by_side,
+    with_tips_message,
+    write_group_tips,
+)
+
+TASK = "trap-light-bulb"
+
+
+class SpyPolicy:
+    """Wraps a real policy and records every batched `sample` call (a spy, not a fake)."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.calls: list[list] = []
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def sample(self, requests, *, temperature):
+        self.calls.append(list(requests))
+        return self.inner.sample(requests, temperature=temperature)
+
+
+@pytest.fixture
+def embedder():
+    return make_embedder("hash")
+
+
+@pytest.fixture
+def store(tmp_path, embedder):
+    # Threshold −1: every stored tip of the partition is similar enough, so retrieval is exercised.
+    return TipStore.open(tmp_path / "tips.lance", embedder, MemoryConfig(embedder="hash", similarity_threshold=-1.0))
+
+
+def _group(policy, store, mode, *, n=3, limit=4, **kw):
+    torch.manual_seed(0)
+    envs = [TrapEnv(step_limit=limit) for _ in range(n)]
+    return play_group(
+        envs, policy, store, task=TASK, variation=0, split="train", rollout_mode=mode,
+        update_mode="on-policy" if mode == "naive" else "off-policy", temperature=1.0, seed=7, **kw,
+    )  # fmt: skip
+
+
+def test_one_batched_sample_call_per_step_over_running_episodes(tiny_policy):
+    spy = SpyPolicy(tiny_policy)
+    episodes = _group(spy, None, "naive", n=3, limit=4)
+    lengths = [len(ep.steps) for ep in episodes]
+    assert len(spy.calls) == max(lengths)  # one call per lock-step
+    for t, call in enumerate(spy.calls):
+        assert len(call) == sum(1 for n in lengths if n > t)  # only still-running episodes
+        assert all(len(req.turns) == t + 1 and req.turns[-1].action_ids is None for req in call)
+    for ep in episodes:
+        assert ep.task == TASK and ep.variation == 0 and ep.seed == 7 and ep.rollout_mode == "naive"
+        assert ep.group_id == episodes[0].group_id != ""
+        assert [s.index for s in ep.steps] == list(range(len(ep.steps)))
+        assert ep.score == ep.steps[-1].score
+        assert ep.return_ == pytest.approx(ep.score)  # trap scores start at 0
+        for s in ep.steps:
+            assert len(s.sample.logprobs) == len(s.sample.token_ids) > 0
+            assert s.tips == () and s.intrinsic_reward == 0.0
+            assert s.action in s.valid_actions  # constrained decoding picks a valid action
+
+
+def test_first_turn_holds_instructions_and_history_keeps_exact_tokens(tiny_policy):
+    spy = SpyPolicy(tiny_policy)
+    episodes = _group(spy, None, "naive", n=2, limit=3)
+    env = TrapEnv()
+    obs = env.reset(TASK, 0)
+    first = prompts.first_user_message("trap", obs, env.fewshot_examples(TASK))
+    assert all(ep.steps[0].user_message == first for ep in episodes)
+    ep = max(episodes, key=lambda e: len(e.steps))
+    if len(ep.steps) > 1:
+        req = next(r for r in spy.calls[1] if r.turns[0].action_ids == ep.steps[0].sample.token_ids)
+        replay = TrapEnv(step_limit=3)
+        replay.reset(TASK, 0)
+        after = replay.step(ep.steps[0].sample.text).observation
+        assert ep.steps[1].user_message == prompts.step_user_message(after)
+        assert req.turns[1].user_text == ep.steps[1].user_message
+
+
+def test_memory_mode_retrieves_every_step_and_records_both_prompts(tiny_policy, store):
+    naive = _group(tiny_policy, None, "naive", n=2, limit=3)
+    write_group_tips(tiny_policy, store, naive)
+    assert store.count(task=TASK, variation=0) > 0
+    spy = SpyPolicy(tiny_policy)
+    memory = _group(spy, store, "memory", n=2, limit=3)
+    for ep in memory:
+        assert ep.rollout_mode == "memory"
+        for s in ep.steps:
+            assert 0 < len(s.tips) <= 10
+            assert all(-1.0 <= t.similarity <= 1.0 for t in s.tips)
+            assert s.tips[0].text not in s.user_message  # the tip-free variant
+            assert s.tips[0].text in with_tips_message(s)
+    # What the policy saw at step 0 is exactly the with-tips rendering of the recorded step.
+    assert spy.calls[0][0].turns[-1].user_text == with_tips_message(memory[0].steps[0])
+
+
+def test_memory_mode_needs_a_store(tiny_policy):
+    with pytest.raises(ValueError, match="tip store"):
+        _group(tiny_policy, None, "memory")
+
+
+def test_novelty_bonus_matches_a_replay_in_lock_step_order(tiny_policy, embedder):
+    novelty = NoveltyMemory(0.9)
+    episodes = _group(tiny_policy, None, "naive", n=3, limit=4, embedder=embedder, novelty=novelty)
+    replay = NoveltyMemory(0.9)
+    expected: dict[tuple[int, int], float] = {}
+    for t in range(max(len(ep.steps) for ep in episodes)):
+        for i, ep in enumerate(episodes):
+            if t < len(ep.steps):
+                expected[i, t] = replay.reward(embedder.embed([ep.steps[t].observation])[0])
+    got = {(i, t): s.intrinsic_reward for i, ep in enumerate(episodes) for t, s in enumerate(ep.steps)}
+    assert got == pytest.approx(expected)
+    assert episodes[0].steps[0].intrinsic_reward == 1.0  # the very first state is new
+
+
+def test_write_group_tips_stores_one_entry_per_step(tiny_policy, store):
+    episodes = _group(tiny_policy, None, "naive", n=2, limit=3)
+    timings = Timings()
+    out = write_group_tips(tiny_policy, store, episodes, timings=timings)
+    written = [ep for ep in out if ep.tip and ep.tip.strip()]
+    assert store.count(task=TASK, variation=0) == sum(len(ep.steps) for ep in written)
+    assert [ep.episode_id for ep in out] == [ep.episode_id for ep in episodes]
+    assert timings.memory > 0
+    assert key_text(out[0]).startswith("user:")
+
+
+def test_side_by_side_streams_both_sides_in_one_batch(tiny_policy, store):
+    write_group_tips(tiny_policy, store, _group(tiny_policy, None, "naive", n=2, limit=3))
+    spy = SpyPolicy(tiny_policy)
+    seen: list[tuple[str, int]] = []
+    torch.manual_seed(1)
+    naive, memory = play_side_by_side(
+        [TrapEnv(step_limit=3), TrapEnv(step_limit=3)], spy, store, task=TASK, variation=0, split="train",
+        seed=1, temperature=1.0, on_step=lambda side, step: seen.append((side, step.index)),
+    )  # fmt: skip
+    assert naive.rollout_mode == "naive" and memory.rollout_mode == "memory"
+    assert naive.update_mode is None and memory.update_mode is None
+    assert all(s.tips == () for s in naive.steps) and all(s.tips for s in memory.steps)
+    assert len(spy.calls) == max(len(naive.steps), len(memory.steps))
+    assert all(len(c) <= 2 for c in spy.calls) and len(spy.calls[0]) == 2
+    assert sorted(seen) == sorted([("naive", s.index) for s in naive.steps] + [("memory", s.index) for s in memory.steps])
+    assert naive.tip is not None and memory.tip is not None
+
+
+def test_draw_update_mode_is_the_algorithm_schedule():
+    assert draw_update_mode is algo_draw
+    import random
+
+    rng = random.Random(0)
+    draws = [draw_update_mode(rng, 0.25, 2 / 3) for _ in range(6000)]
+    assert draws.count("on-policy") / 6000 == pytest.approx(0.75, abs=0.02)
+    assert draws.count("off-policy") / 6000 == pytest.approx(1 / 6, abs=0.015)

@@ -1,0 +1,270 @@
+"""The trainer on the trap env with the tiny random policy, the hash embedder and tmp sessions."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from empo2_studio.config import EnvConfig, MemoryConfig, RolloutConfig, RunConfig, TrainConfig
+from empo2_studio.memory import make_embedder
+from empo2_studio.sessions import Session
+from empo2_studio.trainer import MODE_CODE, Trainer
+from empo2_studio.types import Episode, Step
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def small_cfg(**over) -> RunConfig:
+    """2 episodes per group, 3 steps per episode, a large LR so one step visibly moves the adapter."""
+    cfg = RunConfig(
+        run_id="t",
+        env=EnvConfig(name="trap", task="trap-light-bulb", variations=(0, 1), step_limit=3),
+        memory=MemoryConfig(embedder="hash", similarity_threshold=-1.0),
+        rollout=RolloutConfig(group_size=2),
+        train=TrainConfig(learning_rate=1e-2, checkpoint_every=1, eval_variations=2, eval_repeats=2),
+    )
+    return cfg.with_overrides(**over) if over else cfg
+
+
+def make_trainer(tmp_path, tiny_policy, **over) -> Trainer:
+    cfg = small_cfg(**over)
+    session = Session.create(tmp_path / "sessions", cfg)
+    return Trainer(session.config, session, policy=tiny_policy, embedder=make_embedder("hash"))
+
+
+def _named(policy):
+    return {n: p.detach().clone() for n, p in policy.model.named_parameters()}
+
+
+def _params(policy):
+    return [p.detach().clone() for p in policy.trainable_parameters()]
+
+
+def test_one_step_changes_lora_weights_and_no_base_weight(tmp_path, tiny_policy):
+    trainer = make_trainer(tmp_path, tiny_policy)
+    before = _named(tiny_policy)
+    report = trainer.step(forced_mode="on-policy")
+    after = _named(tiny_policy)
+    lora = [n for n in before if "lora_" in n]
+    base = [n for n in before if "lora_" not in n]
+    assert lora and base
+    assert any(not torch.equal(before[n], after[n]) for n in lora)
+    assert all(torch.equal(before[n], after[n]) for n in base)
+    m = report.metrics
+    assert report.iteration == trainer.iteration == 1 and report.update_mode == "on-policy"
+    assert m["rollout/update_mode"] == MODE_CODE["on-policy"] == 0
+    assert m["guard/skipped"] == 0.0 and not report.skipped_update
+    # First pass with unchanged weights: scoring reproduces the behaviour log-probs, ratio 1.
+    assert m["ratio/min"] == pytest.approx(1.0, abs=1e-3) and m["ratio/max"] == pytest.approx(1.0, abs=1e-3)
+    for key in ("rollout/score_mean", "rollout/success_rate", "rollout/score_naive", "rollout/episode_len",
+                "loss/policy", "loss/kl", "mask/low_prob_frac", "memory/tips_total", "memory/tips_written",
+                "memory/tips_retrieved_mean", "reward/intrinsic_mean", "time/sampling", "time/env",
+                "time/scoring", "time/backward", "time/memory", "time/iteration"):  # fmt: skip
+        assert key in m, key
+    assert m["memory/tips_retrieved_mean"] == 0.0  # naive rollout: nothing retrieved
+    assert m["memory/tips_total"] > 0  # ...but every training episode wrote its tip
+    rows = trainer.session.metrics()
+    assert rows[-1]["iteration"] == 1 and rows[-1]["kind"] == "train"
+    assert {e.episode_id for e in trainer.session.episodes()} == set(report.episode_ids)
+
+
+def test_mode_schedule_wiring(tmp_path, tiny_policy):
+    trainer = make_trainer(tmp_path, tiny_policy, rollout={"group_size": 2, "p_memory": 1.0, "q_off_policy": 1.0})
+    report = trainer.step()
+    assert report.update_mode == "off-policy" and report.metrics["rollout/update_mode"] == 2
+    eps = trainer.session.episodes(list(report.episode_ids))
+    assert all(ep.rollout_mode == "memory" and ep.update_mode == "off-policy" for ep in eps)
+    assert "rollout/score_memory" in report.metrics
+    assert trainer.step(forced_mode="on-policy").update_mode == "on-policy"  # forced wins over p = 1
+    with pytest.raises(ValueError, match="forced_mode"):
+        trainer.step(forced_mode="sideways")
+
+
+def test_mode_schedule_p0_is_grpo(tmp_path, tiny_policy):
+    trainer = make_trainer(tmp_path, tiny_policy, rollout={"group_size": 2, "p_memory": 0.0})
+    reports = [trainer.step() for _ in range(2)]
+    assert [r.update_mode for r in reports] == ["on-policy", "on-policy"]
+
+
+def test_advantages_use_extrinsic_plus_scaled_intrinsic(tmp_path, tiny_policy):
+    trainer = make_trainer(tmp_path, tiny_policy, algo={"intrinsic_coef": 2.0})
+
+    def ep(rewards, bonuses):
+        steps = tuple(
+            Step(index=i, user_message="u", tips=(), valid_actions=(), sample=None, action="a", corrected=False,
+                 reward=r, score=0.0, observation="o", intrinsic_reward=b)  # fmt: skip
+            for i, (r, b) in enumerate(zip(rewards, bonuses))
+        )
+        return Episode("e", "trap", "t", 0, "train", "naive", "on-policy", "constrained", 1.0, 0, steps, 0.0, False)
+
+    # Returns: 25 + 2·1 = 27 and 0 + 2·(1 + 0.5) = 3; mean 15, std (ddof 1) = 16.97...
+    adv = trainer._advantages([[ep([25.0], [1.0]), ep([0.0, 0.0], [1.0, 0.5])]])
+    assert adv == pytest.approx([12 / 16.970563, -12 / 16.970563], rel=1e-5)
+
+
+class NaNScores:
+    """Wraps the real policy; its scores become NaN (still attached to the graph)."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def score(self, conversations):
+        return [[lp * float("nan") for lp in conv] for conv in self.inner.score(conversations)]
+
+
+def test_nan_loss_skips_the_step_and_never_touches_weights(tmp_path, tiny_policy):
+    trainer = make_trainer(tmp_path, tiny_policy)
+    trainer.policy = NaNScores(tiny_policy)
+    before = _named(tiny_policy)
+    report = trainer.step(forced_mode="on-policy")
+    assert report.skipped_update and report.metrics["guard/skipped"] == 1.0
+    assert all(torch.equal(before[n], p) for n, p in tiny_policy.model.named_parameters())
+    assert all(p.grad is None for p in tiny_policy.trainable_parameters())
+    assert trainer.session.metrics()[-1]["guard/skipped"] == 1.0
+
+
+def test_nan_gradient_skips_the_step(tmp_path, tiny_policy):
+    trainer = make_trainer(tmp_path, tiny_policy)
+    param = tiny_policy.trainable_parameters()[0]
+    handle = param.register_hook(lambda g: g * float("nan"))
+    try:
+        before = _named(tiny_policy)
+        report = trainer.step(forced_mode="on-policy")
+    finally:
+        handle.remove()
+    assert report.metrics["guard/skipped"] == 1.0 and report.skipped_update
+    assert all(torch.equal(before[n], p) for n, p in tiny_policy.model.named_parameters())
+    assert len(trainer.optimizer.state) == 0  # AdamW never stepped
+
+
+def _tips_snapshot(store):
+    return sorted((t.tip_id, t.text, t.score) for t in store.list())
+
+
+def test_evaluate_never_touches_memory(tmp_path, tiny_policy):
+    trainer = make_trainer(tmp_path, tiny_policy)
+    trainer.step(forced_mode="on-policy")
+    snapshot = _tips_snapshot(trainer.store)
+    calls = []
+    real_retrieve = trainer.store.retrieve
+    trainer.store.retrieve = lambda *a, **k: calls.append(a) or real_retrieve(*a, **k)
+    result = trainer.evaluate()
+    assert calls == [] and _tips_snapshot(trainer.store) == snapshot
+    assert result["eval/episodes"] == 4.0  # 2 test variations × 2 repeats
+    assert -100.0 <= result["eval/score_mean"] <= 100.0 and 0.0 <= result["eval/success_rate"] <= 1.0
+    assert result["eval/trap-light-bulb/score_mean"] == result["eval/score_mean"]
+    test_eps = [e for e in trainer.session.episodes() if e.split == "test"]
+    assert len(test_eps) == 4 and all(e.rollout_mode == "naive" and e.temperature == 0.4 for e in test_eps)
+    assert {e.variation for e in test_eps} == {36, 37}  # the trap env's first test variations
+    assert all(s.tips == () for e in test_eps for s in e.steps)
+
+
+def test_adapt_keeps_weights_and_grows_the_new_task_memory(tmp_path, tiny_policy):
+    trainer = make_trainer(tmp_path, tiny_policy)
+    before = _named(tiny_policy)
+    rows = trainer.adapt("trap-find-animal", trials=2)
+    assert all(torch.equal(before[n], p) for n, p in tiny_policy.model.named_parameters())
+    assert [r["adapt/trial"] for r in rows] == [0.0, 1.0, 2.0]
+    tips = [r["adapt/tips_total"] for r in rows]
+    assert tips[0] > 0 and tips == sorted(tips)  # tips written after every trial
+    assert trainer.store.count(task="trap-light-bulb") == 0  # the training task's partition untouched
+    eps = trainer.session.episodes()
+    assert [e.rollout_mode for e in eps[:2]] == ["naive", "naive"]
+    assert all(e.rollout_mode == "memory" for e in eps[2:]) and all(e.update_mode is None for e in eps)
+    with pytest.raises(ValueError, match="not trained on"):
+        trainer.adapt("trap-light-bulb")
+    with pytest.raises(ValueError, match="unknown task"):
+        trainer.adapt("no-such-task")
+
+
+def test_distill_refuses_naive_episodes_and_trains_memory_ones(tmp_path, tiny_policy):
+    trainer = make_trainer(tmp_path, tiny_policy)
+    naive = trainer.step(forced_mode="on-policy")
+    before = _params(tiny_policy)
+    with pytest.raises(ValueError, match="without tips"):
+        trainer.distill(list(naive.episode_ids))
+    assert all(torch.equal(a, b) for a, b in zip(before, tiny_policy.trainable_parameters()))
+    with pytest.raises(KeyError):
+        trainer.distill(["no-such-episode"])
+    memory = trainer.step(forced_mode="on-policy-with-tips")
+    before = _params(tiny_policy)
+    report = trainer.distill(list(memory.episode_ids))
+    assert report.update_mode == "off-policy" and report.metrics["distill/episodes"] == 2.0
+    assert report.episode_ids == ()  # no new rollouts
+    if report.metrics.get("train/no_signal") != 1.0:
+        assert any(not torch.equal(a, b) for a, b in zip(before, tiny_policy.trainable_parameters()))
+
+
+def test_checkpoint_and_resume_restore_state(tmp_path, tiny_policy):
+    trainer = make_trainer(tmp_path, tiny_policy)
+    trainer.train(2)
+    assert [i for i, _ in trainer.session.checkpoints()] == [1, 2]
+    saved = _params(tiny_policy)
+    rng_state = trainer.rng.getstate()
+    from empo2_studio.policy import build_tiny_policy
+
+    fresh = build_tiny_policy(seed=0)
+    resumed = Trainer.resume(Session.open(tmp_path / "sessions", "t"), policy=fresh, embedder=make_embedder("hash"))
+    assert resumed.iteration == 2 and resumed.rng.getstate() == rng_state
+    assert all(torch.equal(a, b) for a, b in zip(saved, fresh.trainable_parameters()))
+    assert len(resumed.optimizer.state) > 0
+    assert resumed.step().iteration == 3
+
+
+def test_resume_without_checkpoint_is_refused(tmp_path, tiny_policy):
+    trainer = make_trainer(tmp_path, tiny_policy)
+    with pytest.raises(ValueError, match="no complete checkpoint"):
+        Trainer.resume(trainer.session, policy=tiny_policy, embedder=make_embedder("hash"))
+
+
+_TRAIN_SCRIPT = textwrap.dedent(
+    """
+    import sys
+    from empo2_studio.memory import make_embedder
+    from empo2_studio.policy import build_tiny_policy
+    from empo2_studio.sessions import Session
+    from empo2_studio.trainer import Trainer
+    session = Session.open(sys.argv[1], "t")
+    trainer = Trainer(session.config, session, policy=build_tiny_policy(seed=0), embedder=make_embedder("hash"))
+    trainer.train(1000)
+    """
+)
+
+
+def test_kill_during_training_then_resume_continues(tmp_path, tiny_policy):
+    root = tmp_path / "sessions"
+    Session.create(root, small_cfg())
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, "-c", _TRAIN_SCRIPT, str(root)], env=env, cwd=tmp_path)
+    session = Session.open(root, "t")
+    try:
+        deadline = time.time() + 120
+        while len(session.checkpoints()) < 2 and time.time() < deadline and proc.poll() is None:
+            time.sleep(0.2)
+        assert len(session.checkpoints()) >= 2, "training subprocess made no checkpoints"
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.kill()
+        proc.wait()
+    session = Session.open(root, "t")
+    last_ckpt, _ = session.latest_checkpoint()
+    metrics_before = session.metrics()
+    episodes_before = session.episodes()
+    assert max(r["iteration"] for r in metrics_before) >= last_ckpt  # nothing completed was lost
+    resumed = Trainer.resume(session, policy=tiny_policy, embedder=make_embedder("hash"))
+    assert resumed.iteration == last_ckpt
+    report = resumed.step()
+    assert report.iteration == last_ckpt + 1
+    assert session.metrics()[: len(metrics_before)] == metrics_before
+    assert len(session.episodes()) == len(episodes_before) + len(report.episode_ids)
