@@ -1,0 +1,124 @@
+"""Plotly figures of the studio: episode scores, training metrics, adaptation trials, run comparison.
+
+Pure functions from plain lists/dicts to `plotly.graph_objects.Figure`; no Gradio, no model.
+Scores are on the −100 … 100 scale.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Mapping, Sequence
+
+import plotly.graph_objects as go
+
+SIDE_COLOURS = {"naive": "#6b7280", "memory": "#2563eb"}
+MODE_COLOURS = {"on-policy": "#6b7280", "on-policy-with-tips": "#16a34a", "off-policy": "#2563eb"}
+
+# The training panels: title -> metric-key predicates. Keys follow the trainer's namespaced metrics
+# (rollout/…, loss/…, ratio/…, mask/…, memory/…); a panel plots every key it matches.
+TRAIN_PANELS: dict[str, tuple[str, ...]] = {
+    "Losses": ("loss/",),
+    "Clip fraction": ("ratio/clip",),
+    "Masked fraction": ("mask/",),
+    "Tips in memory": ("memory/",),
+}
+
+
+def _layout(fig: go.Figure, title: str, x_title: str, y_title: str, *, height: int = 300) -> go.Figure:
+    fig.update_layout(
+        title={"text": title, "font": {"size": 14}},
+        height=height,
+        margin={"l": 50, "r": 10, "t": 40, "b": 40},
+        xaxis_title=x_title,
+        yaxis_title=y_title,
+        legend={"orientation": "h", "y": -0.25},
+        template="plotly_white",
+    )
+    return fig
+
+
+def episode_scores_figure(scores: Mapping[str, Sequence[float]]) -> go.Figure:
+    """Running score after each step, one line per side ("naive", "memory"); x = step (1-based)."""
+    fig = go.Figure()
+    for side, ys in scores.items():
+        fig.add_trace(
+            go.Scatter(
+                x=list(range(1, len(ys) + 1)), y=list(ys), mode="lines+markers", name=side,
+                line={"color": SIDE_COLOURS.get(side)},
+            )
+        )
+    return _layout(fig, "Running score", "step", "score")
+
+
+def _is_number(v: object) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def metric_keys(rows: Iterable[Mapping[str, object]], prefixes: Sequence[str]) -> list[str]:
+    """Numeric keys of `rows` starting with any of `prefixes`, in first-seen order."""
+    keys: dict[str, None] = {}
+    for row in rows:
+        for k, v in row.items():
+            if _is_number(v) and any(k.startswith(p) for p in prefixes):
+                keys.setdefault(k, None)
+    return list(keys)
+
+
+def _x(row: Mapping[str, object], i: int) -> float:
+    it = row.get("iteration")
+    return float(it) if _is_number(it) else float(i + 1)
+
+
+def metrics_figure(rows: Sequence[Mapping[str, object]], keys: Sequence[str], title: str) -> go.Figure:
+    """One line per key against the row's "iteration" (rows missing a key leave a gap)."""
+    fig = go.Figure()
+    for key in keys:
+        pts = [(_x(r, i), float(r[key])) for i, r in enumerate(rows) if _is_number(r.get(key))]
+        fig.add_trace(go.Scatter(x=[p[0] for p in pts], y=[p[1] for p in pts], mode="lines+markers", name=key))
+    return _layout(fig, title, "iteration", "")
+
+
+def score_by_mode_figure(rows: Sequence[Mapping[str, object]], score_key: str = "rollout/score_mean") -> go.Figure:
+    """Mean rollout score per iteration, coloured by the iteration's update mode (row["update_mode"])."""
+    fig = go.Figure()
+    by_mode: dict[str, list[tuple[float, float]]] = {}
+    for i, r in enumerate(rows):
+        if _is_number(r.get(score_key)):
+            by_mode.setdefault(str(r.get("update_mode") or "eval"), []).append((_x(r, i), float(r[score_key])))
+    for mode, pts in by_mode.items():
+        fig.add_trace(
+            go.Scatter(
+                x=[p[0] for p in pts], y=[p[1] for p in pts], mode="markers+lines", name=mode,
+                marker={"color": MODE_COLOURS.get(mode), "size": 9}, line={"dash": "dot"},
+            )
+        )
+    return _layout(fig, "Score by update mode", "iteration", "score")
+
+
+def train_figures(rows: Sequence[Mapping[str, object]], score_key: str = "rollout/score_mean") -> list[go.Figure]:
+    """The Train tab's panels: score by mode, then one figure per `TRAIN_PANELS` entry."""
+    figs = [score_by_mode_figure(rows, score_key)]
+    for title, prefixes in TRAIN_PANELS.items():
+        figs.append(metrics_figure(rows, metric_keys(rows, prefixes), title))
+    return figs
+
+
+def adapt_figure(trials: Sequence[Mapping[str, float]], score_key: str = "score") -> go.Figure:
+    """Score per adaptation trial; trial 0 is the no-memory baseline, drawn as a dashed line."""
+    fig = go.Figure()
+    xs = list(range(len(trials)))
+    ys = [float(t.get(score_key, 0.0)) for t in trials]
+    fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines+markers", name="with memory",
+                             line={"color": SIDE_COLOURS["memory"]}))
+    if ys:
+        fig.add_trace(go.Scatter(x=[0, max(xs[-1], 1)], y=[ys[0], ys[0]], mode="lines",
+                                 name="trial 0 (no memory)", line={"color": SIDE_COLOURS["naive"], "dash": "dash"}))
+    return _layout(fig, "Adaptation: score per trial", "trial", "score")
+
+
+def compare_runs_figure(runs: Mapping[str, Sequence[Mapping[str, object]]], key: str) -> go.Figure:
+    """One line per run of metric `key` against iteration."""
+    fig = go.Figure()
+    for run_id, rows in runs.items():
+        pts = [(_x(r, i), float(r[key])) for i, r in enumerate(rows) if _is_number(r.get(key))]
+        fig.add_trace(go.Scatter(x=[p[0] for p in pts], y=[p[1] for p in pts], mode="lines+markers", name=run_id))
+    return _layout(fig, f"Compare runs: {key}", "iteration", key)

@@ -1,0 +1,316 @@
+"""Handlers of the Episodes, Train and Adapt tabs: plain functions, values in, values/updates out.
+
+Every handler takes the `Studio` first (bound with functools.partial in `layout.py`) and the widget
+values after it. Handlers that start work return a job id at once (the job runs in a worker
+thread); `poll_*` handlers render a job's live data for a `gr.Timer` tick, and return `gr.skip()`
+for outputs that have not changed. Bad input raises `gr.Error` with a readable message; nothing
+is changed in that case.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from dataclasses import replace
+from typing import Any, Callable, Sequence
+
+import gradio as gr
+
+from empo2_studio.app import charts, render, workers
+from empo2_studio.app.jobs import Job, readable_error
+from empo2_studio.config import RunConfig
+
+SPLITS = ("train", "dev", "test")
+MAX_VARIATION_CHOICES = 200
+
+
+def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn ValueError/KeyError/RuntimeError/OSError into `gr.Error` (a readable toast, no traceback)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except gr.Error:
+            raise
+        except (ValueError, KeyError, RuntimeError, OSError, TypeError) as exc:
+            raise gr.Error(readable_error(exc)) from exc
+
+    return wrapper
+
+
+def job_status_html(job: Job | None) -> str:
+    """The status line of a job: a progress bar with its message (or the error)."""
+    if job is None:
+        return render.progress_html(0.0, "idle")
+    text = {"failed": f"failed: {job.error}", "waiting": job.message or "waiting"}.get(job.status, job.message)
+    return render.progress_html(job.progress, f"[{job.status}] {text}")
+
+
+def timer_for(job: Job | None) -> gr.Timer:
+    """Keep polling while the job runs; stop the timer once it has finished."""
+    return gr.Timer(active=job is not None and not job.finished)
+
+
+# ---- Episodes tab ---------------------------------------------------------------------------------
+@user_errors
+def env_changed(studio: Any, env_name: str, split: str) -> tuple[Any, Any]:
+    """New env picked: its task list, and the first task's variations in `split`."""
+    tasks = list(studio.meta_env(env_name).task_names())
+    task = tasks[0] if tasks else None
+    return gr.Dropdown(choices=tasks, value=task), task_changed(studio, env_name, task, split)
+
+
+@user_errors
+def task_changed(studio: Any, env_name: str, task: str | None, split: str) -> Any:
+    """Variation choices of `task` in `split`, labelled with the split ("3 · train")."""
+    if not task:
+        return gr.Dropdown(choices=[], value=None)
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {list(SPLITS)}, got {split!r}")
+    variations = list(studio.meta_env(env_name).variations(task, split))[:MAX_VARIATION_CHOICES]
+    choices = [(f"{v} · {split}", v) for v in variations]
+    return gr.Dropdown(choices=choices, value=variations[0] if variations else None)
+
+
+def checkpoint_choices(studio: Any, run_id: str) -> list[tuple[str, str]]:
+    """("current weights", "current") then every checkpoint of the session, newest first."""
+    found = sorted(studio.session(run_id).checkpoints(), reverse=True)
+    return [("current weights", "current")] + [(f"iteration {it}", str(path)) for it, path in found]
+
+
+@user_errors
+def start_side_by_side(
+    studio: Any, run_id: str, env_name: str, task: str, variation: Any, split: str,
+    seed: Any, temperature: Any, checkpoint: str | None,
+) -> tuple[str, str, Any, int]:  # fmt: skip
+    """Validate the picks and start a side-by-side job. Returns (job_id, status html, timer, seen=-1)."""
+    if not task:
+        raise ValueError("pick a task first")
+    if variation is None or variation == "":
+        raise ValueError(f"pick a variation of {task!r} ({split} split)")
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {list(SPLITS)}, got {split!r}")
+    temperature = float(temperature)
+    if not 0.0 < temperature <= 10.0:
+        raise ValueError(f"temperature must be in (0, 10], got {temperature}")
+    kwargs = dict(run_id=run_id, env_name=env_name, task=task, variation=int(variation), split=split,
+                  seed=int(seed), temperature=temperature, checkpoint=checkpoint)
+    job = studio.jobs.start("episodes", lambda j: workers.side_by_side(studio, j, **kwargs),
+                            label=f"side by side {task} v{variation}")
+    return job.job_id, job_status_html(job), gr.Timer(active=True), -1
+
+
+def side_by_side_view(data: dict[str, Any]) -> tuple[str, str, Any]:
+    """(naive column html, memory column html, score chart) from a side-by-side job's data."""
+    naive_steps, memory_steps = data.get("naive", []), data.get("memory", [])
+    finished = data.get("episodes") or (None, None)
+    header = data.get("header", "")
+    fig = charts.episode_scores_figure(
+        {"naive": [s.score for s in naive_steps], "memory": [s.score for s in memory_steps]}
+    )
+    return (
+        render.column_html("naive", naive_steps, header=header, finished=finished[0]),
+        render.column_html("memory", memory_steps, header=header, finished=finished[1]),
+        fig,
+    )
+
+
+def poll_side_by_side(studio: Any, job_id: str | None, seen: int) -> tuple[Any, ...]:
+    """Timer tick: (naive html, memory html, chart, status, timer, seen version)."""
+    job = studio.jobs.get(job_id)
+    if job is None:
+        return gr.skip(), gr.skip(), gr.skip(), job_status_html(None), gr.Timer(active=False), seen
+    if job.version == seen:
+        return gr.skip(), gr.skip(), gr.skip(), gr.skip(), timer_for(job), seen
+    version = job.version
+    naive_html, memory_html, fig = side_by_side_view(job.snapshot())
+    return naive_html, memory_html, fig, job_status_html(job), timer_for(job), version
+
+
+def stop_job(studio: Any, job_id: str | None) -> str:
+    """Ask the job to stop after its current step; returns the status html."""
+    studio.jobs.stop(job_id)
+    return job_status_html(studio.jobs.get(job_id))
+
+
+def saved_pairs(studio: Any, run_id: str) -> list[tuple[str, str]]:
+    """Saved side-by-side pairs of the session, newest first: (label, group id)."""
+    pairs: dict[str, list[Any]] = {}
+    for ep in studio.session(run_id).episodes():
+        if ep.group_id.startswith("side-"):
+            pairs.setdefault(ep.group_id, []).append(ep)
+    out = []
+    for gid, eps in sorted(pairs.items(), key=lambda kv: -kv[1][0].created_at):
+        by = {e.rollout_mode: e for e in eps}
+        n, m = by.get("naive"), by.get("memory")
+        label = f"{eps[0].task} v{eps[0].variation} seed {eps[0].seed} · naive {n.score if n else '–':g} · memory {m.score if m else '–':g}"
+        out.append((label, gid))
+    return out
+
+
+@user_errors
+def open_pair(studio: Any, run_id: str, group_id: str | None) -> tuple[Any, ...]:
+    """Reopen a saved pair: (naive html, memory html, chart, status)."""
+    if not group_id:
+        raise ValueError("pick a saved episode pair")
+    eps = [e for e in studio.session(run_id).episodes() if e.group_id == group_id]
+    if not eps:
+        raise KeyError(f"no saved episodes with id {group_id!r} in session {run_id!r}")
+    by = {e.rollout_mode: e for e in eps}
+    first = eps[0]
+    data = {
+        "naive": list(by["naive"].steps) if "naive" in by else [],
+        "memory": list(by["memory"].steps) if "memory" in by else [],
+        "episodes": (by.get("naive"), by.get("memory")),
+        "header": f"{first.task} · variation {first.variation} ({first.split}) · seed {first.seed} · saved",
+    }
+    return (*side_by_side_view(data), render.progress_html(1.0, f"reopened {group_id}"))
+
+
+# ---- Train tab ------------------------------------------------------------------------------------
+TRAIN_FIELDS: tuple[tuple[str, str], ...] = (
+    ("rollout", "p_memory"), ("rollout", "q_off_policy"), ("rollout", "group_size"),
+    ("policy", "lora_r"), ("policy", "lora_alpha"), ("train", "learning_rate"),
+    ("algo", "low_prob_mask"), ("algo", "low_prob_threshold"), ("algo", "intrinsic_coef"),
+    ("train", "iterations"),
+)  # fmt: skip
+"""The run-config fields the Train form edits, in form order."""
+
+
+def config_form_values(studio: Any, run_id: str) -> list[Any]:
+    """Current values of `TRAIN_FIELDS` in the session's config."""
+    cfg = studio.session(run_id).config
+    return [getattr(getattr(cfg, section), name) for section, name in TRAIN_FIELDS]
+
+
+def config_from_form(base: RunConfig, values: Sequence[Any]) -> RunConfig:
+    """`base` with the form's values applied; raises ValueError naming a bad value."""
+    if len(values) != len(TRAIN_FIELDS):
+        raise ValueError(f"expected {len(TRAIN_FIELDS)} form values, got {len(values)}")
+    overrides: dict[str, dict[str, Any]] = {}
+    for (section, name), value in zip(TRAIN_FIELDS, values):
+        current = getattr(getattr(base, section), name)
+        if isinstance(current, int) and not isinstance(current, bool):
+            if value is None or float(value) != int(float(value)):
+                raise ValueError(f"{section}.{name} must be a whole number, got {value!r}")
+            value = int(float(value))
+        elif isinstance(current, float):
+            value = float(value)
+        overrides.setdefault(section, {})[name] = value
+    return base.with_overrides(**overrides).validate()
+
+
+def _same_run(a: RunConfig, b: RunConfig) -> bool:
+    """Configs equal apart from the iteration count (which only says how long to train now)."""
+    return a.with_overrides(train={"iterations": 1}) == b.with_overrides(train={"iterations": 1})
+
+
+@user_errors
+def start_training(studio: Any, run_id: str, *values: Any) -> tuple[str, str, str, Any]:
+    """Start a training job. Returns (job_id, run_id, status html, timer).
+
+    When the form differs from the session's config (other than the iteration count), a new session
+    with the form's config is created and trained, so every session's config.json says what trained it.
+    """
+    if studio.jobs.running("train"):
+        raise ValueError("a training job is already running; stop it first")
+    session = studio.session(run_id)
+    cfg = config_from_form(session.config, values)
+    if not _same_run(cfg, session.config):
+        session = studio.create_session(_new_run(cfg, run_id))
+        run_id = session.dir.name
+    iterations = cfg.train.iterations
+    job = studio.jobs.start("train", lambda j: workers.train(studio, j, run_id=run_id, iterations=iterations),
+                            label=f"train {run_id}")
+    return job.job_id, run_id, job_status_html(job), gr.Timer(active=True), -1
+
+
+def _new_run(cfg: RunConfig, parent: str) -> RunConfig:
+    return replace(cfg, run_id=f"{parent}-{time.strftime('%m%d-%H%M%S')}")
+
+
+def train_charts(studio: Any, run_id: str) -> list[Any]:
+    """The Train tab's five figures from the session's metrics.jsonl."""
+    return charts.train_figures(studio.session(run_id).metrics())
+
+
+def poll_training(studio: Any, job_id: str | None, seen: int, run_id: str) -> tuple[Any, ...]:
+    """Timer tick: (status html, 5 figures…, timer, seen version)."""
+    job = studio.jobs.get(job_id)
+    if job is None or job.version == seen:
+        return (job_status_html(job) if job is None else gr.skip(), *[gr.skip()] * 5, timer_for(job), seen)
+    version = job.version
+    return (job_status_html(job), *train_charts(studio, run_id), timer_for(job), version)
+
+
+def distill_choices(studio: Any, run_id: str) -> list[tuple[str, str]]:
+    """Memory episodes of the session (the ones distillation learns from), newest first."""
+    eps = [e for e in studio.session(run_id).episodes() if e.rollout_mode == "memory"]
+    eps.sort(key=lambda e: -e.created_at)
+    return [(f"{e.task} v{e.variation} · score {e.score:g} · {e.episode_id}", e.episode_id) for e in eps]
+
+
+@user_errors
+def start_distill(studio: Any, run_id: str, episode_ids: Sequence[str] | None) -> tuple[str, str, Any]:
+    """Start one distillation update on the picked episodes. Returns (job_id, status html, timer)."""
+    if not episode_ids:
+        raise ValueError("pick at least one memory episode to distill")
+    ids = list(episode_ids)
+    job = studio.jobs.start("distill", lambda j: workers.distill(studio, j, run_id=run_id, episode_ids=ids),
+                            label=f"distill {len(ids)} episode(s)")
+    return job.job_id, job_status_html(job), gr.Timer(active=True), -1
+
+
+# ---- Adapt tab ------------------------------------------------------------------------------------
+def unseen_tasks(studio: Any, run_id: str) -> list[str]:
+    """Tasks of the session's env other than the one it trains on."""
+    cfg = studio.session(run_id).config
+    return [t for t in studio.meta_env(cfg.env.name).task_names() if t != cfg.env.task]
+
+
+@user_errors
+def start_adapt(studio: Any, run_id: str, checkpoint: str | None, task: str | None, trials: Any) -> tuple[str, str, Any]:
+    """Start an adaptation run (frozen weights, memory on). Returns (job_id, status html, timer)."""
+    if not task:
+        raise ValueError("pick an unseen task")
+    trials = int(trials)
+    if trials < 1:
+        raise ValueError(f"trials must be ≥ 1, got {trials}")
+    job = studio.jobs.start(
+        "adapt", lambda j: workers.adapt(studio, j, run_id=run_id, checkpoint=checkpoint, task=task, trials=trials),
+        label=f"adapt to {task}",
+    )
+    return job.job_id, job_status_html(job), gr.Timer(active=True), -1
+
+
+def adapt_view(data: dict[str, Any]) -> tuple[Any, str]:
+    """(trial chart, checksum markdown) from an adaptation job's data."""
+    before, after = data.get("checksum_before"), data.get("checksum_after")
+    lines = [f"adapter checksum before: `{before[:16]}`" if before else "adapter checksum before: –"]
+    if after:
+        verdict = "✅ weights untouched" if after == before else "⚠️ weights changed"
+        lines.append(f"adapter checksum after: `{after[:16]}` — {verdict}")
+    return charts.adapt_figure(data.get("trials", [])), "\n\n".join(lines)
+
+
+def poll_adapt(studio: Any, job_id: str | None, seen: int) -> tuple[Any, ...]:
+    """Timer tick: (chart, checksum markdown, status html, timer, seen version)."""
+    job = studio.jobs.get(job_id)
+    if job is None or job.version == seen:
+        return gr.skip(), gr.skip(), job_status_html(job) if job is None else gr.skip(), timer_for(job), seen
+    version = job.version
+    return (*adapt_view(job.snapshot()), job_status_html(job), timer_for(job), version)
+
+
+def model_status(studio: Any) -> tuple[str, Any]:
+    """Banner polled at start-up: (markdown, timer) while the model is being prepared."""
+    jobs = [j for j in studio.jobs.jobs() if j.kind == "model"]
+    job = jobs[-1] if jobs else None
+    if job is None:
+        return "", gr.Timer(active=False)
+    if job.status == "failed":
+        return f"⚠️ The model could not be prepared: {job.error}", gr.Timer(active=False)
+    if job.finished:
+        return f"✅ {job.message}", gr.Timer(active=False)
+    return f"⏳ {job.message} ({job.progress:.0%})", gr.Timer(active=True)

@@ -1,0 +1,196 @@
+"""Long-running work of the studio: one thread per job, a registry, and one model lock.
+
+The browser never runs a rollout or a training step inside a request: a handler starts a `Job`
+here and returns at once, and a `gr.Timer` polls the job's progress and live data. Jobs that touch
+the model (episodes, training, distillation, adaptation) take the registry's `model_lock`, so two
+browser tabs can never interleave steps on one KV cache or one optimizer. A job is stopped
+cooperatively: `stop()` sets its event and the job's function checks it between steps, so Stop
+takes effect after the current step and leaves the session consistent.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Literal
+
+log = logging.getLogger(__name__)
+
+JobStatus = Literal["waiting", "running", "done", "failed", "stopped"]
+FINISHED: tuple[JobStatus, ...] = ("done", "failed", "stopped")
+
+
+@dataclass
+class Job:
+    """A unit of background work and everything the UI reads about it while it runs."""
+
+    job_id: str
+    kind: str
+    """"episodes", "train", "distill", "adapt", "model", …"""
+    label: str
+    status: JobStatus = "waiting"
+    progress: float = 0.0
+    """Fraction done, 0 … 1."""
+    message: str = ""
+    """One line for the status box (what the job is doing now)."""
+    error: str | None = None
+    """A readable error (type and message, never a traceback) when status is "failed"."""
+    result: Any = None
+    stop_event: threading.Event = field(default_factory=threading.Event)
+    data: dict[str, Any] = field(default_factory=dict)
+    """Live, job-specific state (streamed steps, reports) the UI renders; written under `lock`."""
+    version: int = 0
+    """Bumped on every update so pollers can skip re-rendering when nothing changed."""
+    started_at: float = field(default_factory=time.time)
+    finished_at: float | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def finished(self) -> bool:
+        return self.status in FINISHED
+
+    @property
+    def stop_requested(self) -> bool:
+        return self.stop_event.is_set()
+
+    def update(self, *, progress: float | None = None, message: str | None = None, **data: Any) -> None:
+        """Record progress / a status line / live data (thread-safe)."""
+        with self.lock:
+            if progress is not None:
+                self.progress = min(max(float(progress), 0.0), 1.0)
+            if message is not None:
+                self.message = message
+            self.data.update(data)
+            self.version += 1
+
+    def append(self, key: str, item: Any) -> None:
+        """Append `item` to the list `data[key]` (thread-safe), e.g. one streamed step."""
+        with self.lock:
+            self.data.setdefault(key, []).append(item)
+            self.version += 1
+
+    def snapshot(self) -> dict[str, Any]:
+        """A consistent copy of the live data (lists copied) for rendering."""
+        with self.lock:
+            return {k: list(v) if isinstance(v, list) else v for k, v in self.data.items()}
+
+
+class JobRegistry:
+    """Starts jobs in threads, finds them by id, stops them, and owns the model lock."""
+
+    def __init__(self) -> None:
+        self._jobs: dict[str, Job] = {}
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+        self.model_lock = threading.Lock()
+        """Held by every job that uses the shared model (sampling or training)."""
+
+    def start(
+        self,
+        kind: str,
+        fn: Callable[[Job], Any],
+        *,
+        label: str = "",
+        uses_model: bool = True,
+    ) -> Job:
+        """Run `fn(job)` in a new daemon thread and return the job at once.
+
+        With `uses_model` the job first waits (status "waiting") for `model_lock`; a stop request
+        while waiting ends it without running. `fn`'s return value becomes `job.result`; an
+        exception marks the job "failed" with a one-line readable error (the traceback goes to the
+        log only).
+        """
+        with self._lock:
+            job = Job(job_id=f"{kind}-{next(self._ids)}", kind=kind, label=label or kind)
+            self._jobs[job.job_id] = job
+        threading.Thread(target=self._run, args=(job, fn, uses_model), name=job.job_id, daemon=True).start()
+        return job
+
+    def _run(self, job: Job, fn: Callable[[Job], Any], uses_model: bool) -> None:
+        lock = self.model_lock if uses_model else None
+        if lock is not None:
+            job.update(message="waiting for the model (another job is using it)")
+            while not lock.acquire(timeout=0.2):
+                if job.stop_requested:
+                    self._finish(job, "stopped", message="stopped before it started")
+                    return
+        try:
+            with job.lock:
+                job.status = "running"
+                job.version += 1
+            result = fn(job)
+        except Exception as exc:  # noqa: BLE001 - every failure must reach the UI as a message
+            log.exception("job %s failed", job.job_id)
+            self._finish(job, "failed", error=readable_error(exc))
+        else:
+            job.result = result
+            self._finish(job, "stopped" if job.stop_requested else "done", progress=1.0)
+        finally:
+            if lock is not None:
+                lock.release()
+
+    @staticmethod
+    def _finish(job: Job, status: JobStatus, *, error: str | None = None, message: str | None = None,
+                progress: float | None = None) -> None:
+        with job.lock:
+            job.status = status
+            job.error = error
+            if message is not None:
+                job.message = message
+            elif status == "failed":
+                job.message = f"failed: {error}"
+            elif status == "stopped":
+                job.message = job.message + " — stopped" if job.message else "stopped"
+            if progress is not None and status == "done":
+                job.progress = progress
+            job.finished_at = time.time()
+            job.version += 1
+
+    def get(self, job_id: str | None) -> Job | None:
+        """The job with this id, or None (unknown ids are not an error: a poller may be stale)."""
+        if not job_id:
+            return None
+        with self._lock:
+            return self._jobs.get(job_id)
+
+    def jobs(self) -> list[Job]:
+        """All jobs, oldest first."""
+        with self._lock:
+            return list(self._jobs.values())
+
+    def running(self, kind: str | None = None) -> list[Job]:
+        """Unfinished jobs, optionally of one kind."""
+        return [j for j in self.jobs() if not j.finished and (kind is None or j.kind == kind)]
+
+    def stop(self, job_id: str | None) -> bool:
+        """Ask a job to stop after its current step; False if there is no such unfinished job."""
+        job = self.get(job_id)
+        if job is None or job.finished:
+            return False
+        job.stop_event.set()
+        job.update(message=(job.message + " — stopping after this step") if job.message else "stopping")
+        return True
+
+    def wait(self, job_id: str, timeout: float = 60.0) -> Job:
+        """Block until the job finishes (for tests and the CLI); raises TimeoutError."""
+        job = self.get(job_id)
+        if job is None:
+            raise KeyError(f"unknown job {job_id!r}")
+        deadline = time.time() + timeout
+        while not job.finished:
+            if time.time() > deadline:
+                raise TimeoutError(f"job {job_id} still {job.status} after {timeout} s")
+            time.sleep(0.02)
+        return job
+
+
+def readable_error(exc: BaseException) -> str:
+    """One line for the user: the message of a ValueError/KeyError, else the type and message."""
+    text = str(exc).strip().strip("'\"") or type(exc).__name__
+    text = text.splitlines()[0] if text else type(exc).__name__
+    if isinstance(exc, (ValueError, KeyError)):
+        return text
+    return f"{type(exc).__name__}: {text}"

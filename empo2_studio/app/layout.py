@@ -1,0 +1,192 @@
+"""The studio's page: five tabs, components first, event wiring at the bottom of each tab.
+
+Per-browser state (`gr.State`): the open session's run id, each tab's job id and last rendered job
+version, the Tips tab's shown rows and pending deletion. Shared state (tips, runs, the model, jobs)
+lives in the `Studio`. Long work runs in `Studio.jobs`; each tab polls its job with a `gr.Timer`
+that is active only while the job runs.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+import gradio as gr
+
+from empo2_studio.app import handlers as h
+from empo2_studio.app import sessions_tab as s
+from empo2_studio.app import tips_handlers as t
+from empo2_studio.app.render import progress_html
+
+POLL_S = 0.5
+
+
+def build_blocks(studio: Any) -> gr.Blocks:
+    """The whole page bound to `studio`."""
+    with gr.Blocks(title="empo2-studio") as demo:
+        run_id = gr.State(studio.default_run_id)
+        with gr.Row():
+            gr.Markdown("## empo2-studio — EMPO² memory-augmented agents, side by side")
+            session_md = gr.Markdown(elem_id="session-banner")
+        model_md = gr.Markdown(elem_id="model-banner")
+        model_timer = gr.Timer(1.0, active=True)
+        model_timer.tick(partial(h.model_status, studio), None, [model_md, model_timer], show_progress="hidden")
+
+        with gr.Tabs():
+            with gr.Tab("Episodes", id="episodes", elem_id="tab-episodes"):
+                ep = _episodes_tab(studio, run_id)
+            with gr.Tab("Tips", id="tips", elem_id="tab-tips"):
+                tips = t.build_tips_tab(studio, run_id)
+            with gr.Tab("Train", id="train", elem_id="tab-train"):
+                tr = _train_tab(studio, run_id)
+            with gr.Tab("Adapt (OOD)", id="adapt", elem_id="tab-adapt"):
+                ad = _adapt_tab(studio, run_id)
+            with gr.Tab("Sessions", id="sessions", elem_id="tab-sessions"):
+                ses = s.build_sessions_tab(studio, run_id)
+
+        refresh_outputs = [session_md, ep["checkpoint"], ep["saved"], *tr["form"], *tr["plots"], tr["distill_ids"],
+                           ad["checkpoint"], ad["task"], *tips["refresh_outputs"]]
+
+        def refresh(rid: str) -> list[Any]:
+            return [*_session_refresh(studio, rid, ep, tr, ad), *tips["refresh"](rid)]
+
+        demo.load(refresh, [run_id], refresh_outputs)
+        demo.load(ses["listing"][0], [run_id], ses["listing"][1])
+        # Opening a session in the Sessions tab switches this browser's run id, then refreshes every tab.
+        ses["opened"](refresh, refresh_outputs)
+        tr["switched"](refresh, refresh_outputs)
+        demo.load(partial(h.env_changed, studio), [ep["env"], ep["split"]], [ep["task"], ep["variation"]])
+    return demo
+
+
+def _session_refresh(studio: Any, rid: str, ep: dict, tr: dict, ad: dict) -> list[Any]:
+    session = studio.session(rid)
+    cfg = session.config
+    ckpts = h.checkpoint_choices(studio, rid)
+    banner = f"**Session** `{rid}` · {cfg.env.name} · {cfg.env.task} · {len(ckpts) - 1} checkpoint(s)"
+    tasks = h.unseen_tasks(studio, rid)
+    return [
+        banner,
+        gr.Dropdown(choices=ckpts, value="current"),
+        gr.Dropdown(choices=h.saved_pairs(studio, rid), value=None),
+        *h.config_form_values(studio, rid),
+        *h.train_charts(studio, rid),
+        gr.Dropdown(choices=h.distill_choices(studio, rid), value=[]),
+        gr.Dropdown(choices=ckpts, value=ckpts[-1][1] if len(ckpts) > 1 else "current"),
+        gr.Dropdown(choices=tasks, value=tasks[0] if tasks else None),
+    ]
+
+
+def _episodes_tab(studio: Any, run_id: gr.State) -> dict[str, Any]:
+    env_default = studio.session(studio.default_run_id).config.env.name
+    with gr.Row():
+        env = gr.Radio(["trap", "scienceworld"], value=env_default, label="Environment", elem_id="ep-env")
+        task = gr.Dropdown(label="Task", choices=[], elem_id="ep-task", scale=2)
+        split = gr.Radio(list(h.SPLITS), value="train", label="Split", elem_id="ep-split")
+        variation = gr.Dropdown(label="Variation (split)", choices=[], elem_id="ep-variation")
+    with gr.Row():
+        seed = gr.Number(0, label="Seed", precision=0, elem_id="ep-seed")
+        temperature = gr.Slider(0.05, 2.0, value=0.4, step=0.05, label="Temperature", elem_id="ep-temperature")
+        checkpoint = gr.Dropdown(label="Adapter / checkpoint", choices=[("current weights", "current")],
+                                 value="current", elem_id="ep-checkpoint")
+        run = gr.Button("▶ Run side by side", variant="primary", elem_id="ep-run")
+        stop = gr.Button("■ Stop", elem_id="ep-stop")
+    status = gr.HTML(progress_html(0.0, "idle"), elem_id="ep-status")
+    with gr.Row(equal_height=False):
+        naive = gr.HTML(elem_id="ep-naive")
+        memory = gr.HTML(elem_id="ep-memory")
+    chart = gr.Plot(label="Running score", elem_id="ep-chart")
+    with gr.Row():
+        saved = gr.Dropdown(label="Saved episode pairs of this session", choices=[], elem_id="ep-saved", scale=3)
+        reopen = gr.Button("Reopen", elem_id="ep-reopen")
+    job_id, seen = gr.State(None), gr.State(-1)
+    timer = gr.Timer(POLL_S, active=False)
+
+    env.change(partial(h.env_changed, studio), [env, split], [task, variation])
+    task.change(partial(h.task_changed, studio), [env, task, split], [variation])
+    split.change(partial(h.task_changed, studio), [env, task, split], [variation])
+    run.click(partial(h.start_side_by_side, studio), [run_id, env, task, variation, split, seed, temperature, checkpoint],
+              [job_id, status, timer, seen])
+    timer.tick(partial(h.poll_side_by_side, studio), [job_id, seen], [naive, memory, chart, status, timer, seen],
+               show_progress="hidden", concurrency_limit=None).then(
+        _refresh_saved_when_done(studio), [run_id, job_id], saved, show_progress="hidden")
+    stop.click(partial(h.stop_job, studio), [job_id], status)
+    reopen.click(partial(h.open_pair, studio), [run_id, saved], [naive, memory, chart, status])
+    return {"env": env, "split": split, "task": task, "variation": variation, "checkpoint": checkpoint, "saved": saved}
+
+
+def _refresh_saved_when_done(studio: Any) -> Any:
+    def fn(rid: str, job_id: str | None) -> Any:
+        job = studio.jobs.get(job_id)
+        if job is None or job.status != "done" or job.data.get("_listed"):
+            return gr.skip()
+        job.data["_listed"] = True
+        return gr.Dropdown(choices=h.saved_pairs(studio, rid))
+
+    return fn
+
+
+def _train_tab(studio: Any, run_id: gr.State) -> dict[str, Any]:
+    gr.Markdown("Changing anything but *Iterations* starts a **new session** with that config "
+                "(each session's config.json is what trained it).")
+    with gr.Row():
+        p_memory = gr.Slider(0, 1, step=0.05, label="p (memory rollout probability)", elem_id="tr-p")
+        q_off = gr.Slider(0, 1, step=0.01, label="q (off-policy | memory)", elem_id="tr-q")
+        group = gr.Number(label="Group size N", precision=0, minimum=2, elem_id="tr-group")
+        lora_r = gr.Number(label="LoRA rank", precision=0, minimum=1, elem_id="tr-lora-r")
+        lora_alpha = gr.Number(label="LoRA alpha", precision=0, minimum=1, elem_id="tr-lora-alpha")
+    with gr.Row():
+        lr = gr.Number(label="Learning rate", elem_id="tr-lr")
+        mask = gr.Dropdown(["per-token", "per-sequence", "off"], label="Low-prob masking rule", elem_id="tr-mask")
+        delta = gr.Number(label="δ (log-prob threshold ≤ 0)", maximum=0, elem_id="tr-delta")
+        intrinsic = gr.Number(label="Intrinsic reward coef", minimum=0, elem_id="tr-intrinsic")
+        iterations = gr.Number(label="Iterations", precision=0, minimum=1, elem_id="tr-iterations")
+    form = [p_memory, q_off, group, lora_r, lora_alpha, lr, mask, delta, intrinsic, iterations]
+    with gr.Row():
+        start = gr.Button("▶ Start training", variant="primary", elem_id="tr-start")
+        stop = gr.Button("■ Stop after this iteration", elem_id="tr-stop")
+    status = gr.HTML(progress_html(0.0, "idle"), elem_id="tr-status")
+    with gr.Row():
+        plots = [gr.Plot(elem_id="tr-score"), gr.Plot(elem_id="tr-loss"), gr.Plot(elem_id="tr-clip")]
+    with gr.Row():
+        plots += [gr.Plot(elem_id="tr-mask-frac"), gr.Plot(elem_id="tr-tips")]
+    with gr.Accordion("Distill now (curate tips → run memory episodes → distill)", open=True):
+        with gr.Row():
+            distill_ids = gr.Dropdown(label="Memory episodes to distill", multiselect=True, choices=[],
+                                      elem_id="tr-distill-ids", scale=4)
+            distill = gr.Button("Distill now", elem_id="tr-distill")
+    job_id, seen = gr.State(None), gr.State(-1)
+    timer = gr.Timer(POLL_S, active=False)
+
+    started = start.click(partial(h.start_training, studio), [run_id, *form], [job_id, run_id, status, timer, seen])
+    distill.click(partial(h.start_distill, studio), [run_id, distill_ids], [job_id, status, timer, seen])
+    timer.tick(partial(h.poll_training, studio), [job_id, seen, run_id], [status, *plots, timer, seen],
+               show_progress="hidden", concurrency_limit=None)
+    stop.click(partial(h.stop_job, studio), [job_id], status)
+
+    def switched(fn: Any, outputs: list[Any]) -> None:
+        started.then(fn, [run_id], outputs)
+
+    return {"form": form, "plots": plots, "distill_ids": distill_ids, "switched": switched}
+
+
+def _adapt_tab(studio: Any, run_id: gr.State) -> dict[str, Any]:
+    gr.Markdown("Adapt a trained checkpoint to a task it was **not** trained on: trial 0 plays without "
+                "memory (the baseline), later trials retrieve the tips written by earlier ones. "
+                "The weights stay frozen — the adapter checksum is shown before and after.")
+    with gr.Row():
+        checkpoint = gr.Dropdown(label="Checkpoint", choices=[], elem_id="ad-checkpoint")
+        task = gr.Dropdown(label="Unseen task", choices=[], elem_id="ad-task")
+        trials = gr.Slider(1, 20, value=5, step=1, label="Trials K", elem_id="ad-trials")
+        start = gr.Button("▶ Adapt", variant="primary", elem_id="ad-start")
+        stop = gr.Button("■ Stop", elem_id="ad-stop")
+    status = gr.HTML(progress_html(0.0, "idle"), elem_id="ad-status")
+    chart = gr.Plot(elem_id="ad-chart")
+    checksum = gr.Markdown(elem_id="ad-checksum")
+    job_id, seen = gr.State(None), gr.State(-1)
+    timer = gr.Timer(POLL_S, active=False)
+    start.click(partial(h.start_adapt, studio), [run_id, checkpoint, task, trials], [job_id, status, timer, seen])
+    timer.tick(partial(h.poll_adapt, studio), [job_id, seen], [chart, checksum, status, timer, seen],
+               show_progress="hidden", concurrency_limit=None)
+    stop.click(partial(h.stop_job, studio), [job_id], status)
+    return {"checkpoint": checkpoint, "task": task}

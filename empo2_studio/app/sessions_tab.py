@@ -1,0 +1,116 @@
+"""The Sessions tab: list runs, open/resume one, compare runs' curves, export an adapter or the tips."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from functools import partial
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import gradio as gr
+import pandas as pd
+
+from empo2_studio.app import charts
+from empo2_studio.app.handlers import user_errors
+from empo2_studio.app.tips_handlers import export_tips
+
+LIST_COLUMNS = ["run_id", "env", "task", "model", "iteration", "checkpoints", "last score", "p", "q", "lr", "created"]
+DEFAULT_COMPARE_KEY = "rollout/score_mean"
+
+
+def sessions_frame(studio: Any) -> pd.DataFrame:
+    """One row per session: its config essentials and last metrics."""
+    from empo2_studio.sessions import list_sessions
+
+    rows = []
+    for info in list_sessions(studio.root):
+        cfg = studio.session(info.run_id).config
+        score = info.last_metrics.get(DEFAULT_COMPARE_KEY)
+        rows.append([
+            info.run_id, info.env, info.task, info.model, info.iteration, info.checkpoints,
+            "" if score is None else f"{score:.1f}", cfg.rollout.p_memory, round(cfg.rollout.q_off_policy, 3),
+            cfg.train.learning_rate, pd.Timestamp(info.created_at, unit="s").strftime("%Y-%m-%d %H:%M"),
+        ])  # fmt: skip
+    return pd.DataFrame(rows, columns=LIST_COLUMNS)
+
+
+@user_errors
+def open_session(studio: Any, run_id: str | None) -> tuple[str, str]:
+    """Switch this browser to session `run_id` (its trainer resumes from its latest checkpoint when
+    training starts). Returns (run id, status)."""
+    if not run_id:
+        raise ValueError("pick a session to open")
+    session = studio.session(run_id)
+    return run_id, f"opened `{run_id}` ({session.config.env.name} · {session.config.env.task})"
+
+
+def metric_choices(studio: Any, run_ids: Sequence[str]) -> list[str]:
+    """Numeric metric keys present in any of the runs."""
+    keys: dict[str, None] = {}
+    for rid in run_ids:
+        for k in charts.metric_keys(studio.session(rid).metrics(), ("",)):
+            if k != "iteration":
+                keys.setdefault(k, None)
+    return sorted(keys)
+
+
+@user_errors
+def compare(studio: Any, run_ids: Sequence[str] | None, key: str | None) -> tuple[Any, Any]:
+    """Curves of one metric for two or more runs. Returns (figure, metric dropdown update)."""
+    ids = list(run_ids or [])
+    if len(ids) < 1:
+        raise ValueError("pick the runs to compare")
+    keys = metric_choices(studio, ids)
+    key = key if key in keys else (DEFAULT_COMPARE_KEY if DEFAULT_COMPARE_KEY in keys else (keys[0] if keys else ""))
+    fig = charts.compare_runs_figure({rid: studio.session(rid).metrics() for rid in ids}, key)
+    return fig, gr.Dropdown(choices=keys, value=key or None)
+
+
+@user_errors
+def export_adapter(studio: Any, run_id: str | None) -> tuple[str, str]:
+    """Zip the session's latest adapter checkpoint for download. Returns (zip path, status)."""
+    if not run_id:
+        raise ValueError("pick a session")
+    latest = studio.session(run_id).latest_checkpoint()
+    if latest is None:
+        raise ValueError(f"session {run_id!r} has no checkpoint yet; train or distill first")
+    iteration, path = latest
+    out = Path(tempfile.mkdtemp(prefix="empo2-adapter-")) / f"{run_id}-iter{iteration:06d}"
+    archive = shutil.make_archive(str(out), "zip", root_dir=path)
+    return archive, f"adapter of iteration {iteration} → {Path(archive).name}"
+
+
+def build_sessions_tab(studio: Any, run_id: gr.State) -> dict[str, Any]:
+    """Components and wiring of the Sessions tab."""
+    table = gr.Dataframe(headers=LIST_COLUMNS, interactive=False, label="Runs", elem_id="ses-table")
+    refresh = gr.Button("Refresh list", elem_id="ses-refresh")
+    with gr.Row():
+        pick = gr.Dropdown(label="Session", choices=[], elem_id="ses-pick", scale=3)
+        open_btn = gr.Button("Open / resume", variant="primary", elem_id="ses-open")
+        export_a = gr.Button("Export adapter (zip)", elem_id="ses-export-adapter")
+        export_t = gr.Button("Export tips (JSONL)", elem_id="ses-export-tips")
+    status = gr.Markdown(elem_id="ses-status")
+    download = gr.File(label="Download", interactive=False, elem_id="ses-download")
+    with gr.Row():
+        runs = gr.Dropdown(label="Compare runs", multiselect=True, choices=[], elem_id="ses-compare-runs", scale=3)
+        key = gr.Dropdown(label="Metric", choices=[DEFAULT_COMPARE_KEY], value=DEFAULT_COMPARE_KEY,
+                          allow_custom_value=True, elem_id="ses-compare-key")
+        compare_btn = gr.Button("Compare", elem_id="ses-compare")
+    plot = gr.Plot(elem_id="ses-compare-plot")
+
+    def listing(rid: str) -> tuple[Any, ...]:
+        frame = sessions_frame(studio)
+        ids = list(frame["run_id"])
+        return frame, gr.Dropdown(choices=ids, value=rid), gr.Dropdown(choices=ids, value=[rid] if rid in ids else [])
+
+    refresh.click(listing, [run_id], [table, pick, runs])
+    opened = open_btn.click(partial(open_session, studio), [pick], [run_id, status])
+    compare_btn.click(partial(compare, studio), [runs, key], [plot, key])
+    export_a.click(partial(export_adapter, studio), [pick], [download, status])
+    export_t.click(partial(export_tips, studio), [pick], [download, status])
+
+    def on_opened(fn: Callable[[str], list[Any]], outputs: list[Any]) -> None:
+        opened.then(fn, [run_id], outputs)
+
+    return {"opened": on_opened, "listing": (listing, [table, pick, runs])}

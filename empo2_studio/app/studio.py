@@ -1,0 +1,286 @@
+"""The app's shared, process-wide state: sessions root, the one model, tip stores, trainers, jobs.
+
+One `Studio` lives per process. It loads the policy and the embedder once (lazily, in a job so the
+page can show progress while the embedded model is converted), and hands every tab the same
+`TipStore` per session (so an edit in the Tips tab is what the next episode retrieves) and the same
+`Trainer` per session. Anything that runs the model goes through `jobs` and its model lock.
+
+Which model and embedder: the real ones by default (`PolicyConfig()` → the embedded SmolLM2 model,
+MiniLM embedder). Tests build the studio with `policy="tiny"` / `embedder="hash"` (or the environment
+variables `EMPO2_STUDIO_TEST_POLICY=tiny` and `EMPO2_STUDIO_TEST_EMBEDDER=hash`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from empo2_studio.app.jobs import Job, JobRegistry
+from empo2_studio.config import EnvConfig, RunConfig
+
+log = logging.getLogger(__name__)
+
+DEFAULT_RUN_ID = "studio"
+"""The session the studio creates (or reopens) when started without one."""
+
+POLICY_CHOICES = ("real", "tiny")
+EMBEDDER_CHOICES = ("minilm", "hash")
+
+
+class Studio:
+    """Shared state of one studio process (see module docstring)."""
+
+    def __init__(
+        self,
+        sessions_root: str | os.PathLike[str],
+        *,
+        env: str | None = None,
+        policy: str | Any | None = None,
+        embedder: str | Any | None = None,
+        run_id: str = DEFAULT_RUN_ID,
+    ) -> None:
+        """
+        Args:
+            sessions_root: folder holding one sub-folder per session (created if missing).
+            env: environment of a newly created default session ("trap" or "scienceworld");
+                None = "scienceworld".
+            policy: "real" (the run config's model, default), "tiny" (random-init test model) or a
+                ready `Policy` object. None reads `EMPO2_STUDIO_TEST_POLICY`, else "real".
+            embedder: "minilm", "hash" or a ready `Embedder`; None reads `EMPO2_STUDIO_TEST_EMBEDDER`,
+                else the session config's embedder.
+            run_id: the default session to create or reopen.
+        Raises:
+            ValueError: unknown env / policy / embedder name.
+        """
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach a hub at run time
+        self.root = Path(sessions_root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        env = env or "scienceworld"
+        if env not in ("trap", "scienceworld"):
+            raise ValueError(f"env must be one of ['trap', 'scienceworld'], got {env!r}")
+        self.env_name = env
+        policy = policy if policy is not None else os.environ.get("EMPO2_STUDIO_TEST_POLICY", "real")
+        embedder = embedder if embedder is not None else os.environ.get("EMPO2_STUDIO_TEST_EMBEDDER") or None
+        if isinstance(policy, str) and policy not in POLICY_CHOICES:
+            raise ValueError(f"policy must be one of {list(POLICY_CHOICES)} or a Policy, got {policy!r}")
+        if isinstance(embedder, str) and embedder not in EMBEDDER_CHOICES:
+            raise ValueError(f"embedder must be one of {list(EMBEDDER_CHOICES)} or an Embedder, got {embedder!r}")
+        self._policy_spec = policy
+        self._embedder_spec = embedder
+        self._policy: Any = None if isinstance(policy, str) else policy
+        self._embedder: Any = None if isinstance(embedder, str) or embedder is None else embedder
+        self.jobs = JobRegistry()
+        self._lock = threading.RLock()
+        self._load_lock = threading.Lock()
+        self._sessions: dict[str, Any] = {}
+        self._stores: dict[str, Any] = {}
+        self._trainers: dict[str, Any] = {}
+        self._meta_envs: dict[str, Any] = {}
+        self.loaded_adapter: str | None = None
+        """Which adapter the shared policy holds now: None (fresh/base), or "run_id:iteration"."""
+        self.default_run_id = self.open_or_create(run_id).dir.name
+
+    # ---- sessions -------------------------------------------------------------------------------
+    def default_config(self, run_id: str = DEFAULT_RUN_ID) -> RunConfig:
+        """Config of a new studio session: the chosen env, its default task, the embedder in use."""
+        env_cfg = EnvConfig(name=self.env_name)
+        if self.env_name == "scienceworld":
+            env_cfg = replace(env_cfg, task="power-component")
+        cfg = RunConfig(run_id=run_id, env=env_cfg)
+        if isinstance(self._embedder_spec, str):
+            cfg = cfg.with_overrides(memory={"embedder": self._embedder_spec})
+        return cfg.validate()
+
+    def open_or_create(self, run_id: str) -> Any:
+        """Open session `run_id`, or create it with `default_config` when it does not exist."""
+        from empo2_studio.sessions import Session
+
+        with self._lock:
+            if run_id in self._sessions:
+                return self._sessions[run_id]
+            if (self.root / run_id / "config.json").exists():
+                session = Session.open(self.root, run_id)
+            else:
+                session = Session.create(self.root, self.default_config(run_id))
+            self._sessions[session.dir.name] = session
+            return session
+
+    def session(self, run_id: str) -> Any:
+        """An existing session (cached); raises KeyError naming the sessions that exist."""
+        from empo2_studio.sessions import Session
+
+        with self._lock:
+            if run_id not in self._sessions:
+                if not (self.root / run_id / "config.json").exists():
+                    raise KeyError(f"no session {run_id!r} under {self.root}; existing: {self.session_ids()}")
+                self._sessions[run_id] = Session.open(self.root, run_id)
+            return self._sessions[run_id]
+
+    def session_ids(self) -> list[str]:
+        from empo2_studio.sessions import list_sessions
+
+        return [s.dir.name for s in list_sessions(self.root)]
+
+    def create_session(self, cfg: RunConfig) -> Any:
+        """Create a new session from `cfg` (validated); returns it."""
+        from empo2_studio.sessions import Session
+
+        session = Session.create(self.root, cfg.validate())
+        with self._lock:
+            self._sessions[session.dir.name] = session
+        return session
+
+    # ---- model and embedder ---------------------------------------------------------------------
+    @property
+    def model_ready(self) -> bool:
+        return self._policy is not None and self._embedder is not None
+
+    def embedder(self) -> Any:
+        """The shared embedder (loaded on first use)."""
+        if self._embedder is None:
+            from empo2_studio.memory import make_embedder
+
+            with self._load_lock:
+                if self._embedder is None:
+                    name = self._embedder_spec or self.session(self.default_run_id).config.memory.embedder
+                    self._embedder = make_embedder(name)
+        return self._embedder
+
+    def policy(self) -> Any:
+        """The shared policy (loaded on first use; the first conversion of the embedded model takes
+        about half a minute). Callers that sample or train must hold `jobs.model_lock`."""
+        if self._policy is None:
+            with self._load_lock:
+                if self._policy is None:
+                    self._policy = self._load_policy()
+        return self._policy
+
+    def _load_policy(self) -> Any:
+        if self._policy_spec == "tiny":
+            from empo2_studio.policy import build_tiny_policy
+
+            return build_tiny_policy()
+        from empo2_studio.policy import load_policy
+
+        return load_policy(self.session(self.default_run_id).config.policy)
+
+    def prepare_model(self) -> Job:
+        """Start (or return the running) job that loads the embedder and the policy."""
+        for job in self.jobs.running("model"):
+            return job
+
+        def work(job: Job) -> str:
+            t0 = time.time()
+            job.update(progress=0.1, message="loading the embedder")
+            self.embedder()
+            job.update(progress=0.3, message="preparing the model (the first start converts it, ~35 s)")
+            self.policy()
+            job.update(progress=1.0, message=f"model ready ({time.time() - t0:.0f} s)")
+            return "ready"
+
+        return self.jobs.start("model", work, label="prepare model", uses_model=False)
+
+    # ---- per-session shared objects -------------------------------------------------------------
+    def store(self, run_id: str) -> Any:
+        """The session's `TipStore`, one per process (the Tips tab, episodes and training share it)."""
+        with self._lock:
+            if run_id in self._trainers:
+                return self._trainers[run_id].store
+            if run_id not in self._stores:
+                from empo2_studio.memory import TipStore
+
+                session = self.session(run_id)
+                self._stores[run_id] = TipStore.open(session.tips_path, self.embedder(), session.config.memory)
+            return self._stores[run_id]
+
+    def meta_env(self, name: str) -> Any:
+        """An env instance used only to list tasks and variations (kept open)."""
+        with self._lock:
+            if name not in self._meta_envs:
+                from empo2_studio.envs import make_env
+
+                self._meta_envs[name] = make_env(EnvConfig(name=name))
+            return self._meta_envs[name]
+
+    def close(self) -> None:
+        """Close the envs this studio opened (the JVM of ScienceWorld)."""
+        with self._lock:
+            for env in self._meta_envs.values():
+                env.close()
+            self._meta_envs.clear()
+
+    # ---- model-side helpers used by the job bodies (call with jobs.model_lock held) --------------
+    def episode_envs(self, name: str) -> list[Any]:
+        """Two env instances of `name` for side-by-side episodes (kept open and reused)."""
+        with self._lock:
+            key = f"episodes:{name}"
+            if key not in self._meta_envs:
+                from empo2_studio.envs import make_env
+
+                self._meta_envs[key] = [make_env(EnvConfig(name=name)) for _ in range(2)]
+            return self._meta_envs[key]
+
+    def trainer(self, run_id: str) -> Any:
+        """The session's Trainer on the shared policy (resumed from its latest checkpoint if any)."""
+        with self._lock:
+            if run_id in self._trainers:
+                trainer = self._trainers[run_id]
+                if self.loaded_adapter == f"{run_id}:trainer":
+                    return trainer
+            from empo2_studio.trainer import Trainer
+
+            session = self.session(run_id)
+            kw = {"policy": self.policy(), "embedder": self.embedder()}
+            if session.latest_checkpoint() is not None:
+                trainer = Trainer.resume(session, **kw)
+            else:
+                trainer = Trainer(session.config, session, **kw)
+            self._stores.pop(run_id, None)  # one store per session: from now on the trainer's
+            self._trainers[run_id] = trainer
+            self.loaded_adapter = f"{run_id}:trainer"
+            return trainer
+
+    def use_checkpoint(self, run_id: str, checkpoint: str | None) -> None:
+        """Put the weights an episode should play with into the shared policy.
+
+        `checkpoint` None / "" / "current": the session trainer's weights (or the fresh policy when the
+        session has no trainer yet); otherwise a checkpoint folder of the session. Before other
+        weights are loaded, the trainer's unsaved progress is saved as a checkpoint, and the trainer
+        is rebuilt from its latest checkpoint the next time it is needed, so nothing trained is lost.
+        """
+        if not checkpoint or checkpoint == "current":
+            if run_id in self._trainers and self.loaded_adapter != f"{run_id}:trainer":
+                self.trainer(run_id)
+            return
+        paths = {str(p): p for _, p in self.session(run_id).checkpoints()}
+        if checkpoint not in paths:
+            raise ValueError(f"unknown checkpoint {checkpoint!r} of session {run_id!r}; valid: {sorted(paths)}")
+        with self._lock:
+            owner = self.loaded_adapter.split(":")[0] if self.loaded_adapter else None
+            if self.loaded_adapter and self.loaded_adapter.endswith(":trainer") and owner in self._trainers:
+                stale = self._trainers.pop(owner)
+                stale.save_checkpoint()
+                self._stores[owner] = stale.store  # keep one store handle per session
+            self.policy().load_adapter(checkpoint)
+            self.loaded_adapter = f"{run_id}:{checkpoint}"
+
+    def adapter_checksum(self) -> str:
+        """SHA-256 over the policy's trainable (LoRA) parameters: equal before and after = untouched."""
+        import hashlib
+
+        digest = hashlib.sha256()
+        for param in self.policy().trainable_parameters():
+            digest.update(param.detach().float().cpu().numpy().tobytes())
+        return digest.hexdigest()
+
+    def seed(self, seed: int) -> None:
+        """Seed the sampler so a seed replays the same episode pair (the policy samples with torch's
+        global generator, as `Trainer.play_side_by_side` assumes; torch is already loaded by then)."""
+        import torch
+
+        torch.manual_seed(int(seed))

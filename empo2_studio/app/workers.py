@@ -1,0 +1,125 @@
+"""Job bodies: what the studio's background threads do (episodes, training, distillation, adaptation).
+
+Each function takes the `Studio` and the running `Job`, drives the env / policy / memory / trainer
+APIs, and streams what the UI shows into `job.data`. They run with the model lock held (see
+`jobs.JobRegistry.start`). Stop requests are checked between steps / iterations / trials.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import replace
+from typing import Any
+
+from empo2_studio.app.jobs import Job
+from empo2_studio.types import Split
+
+
+def side_by_side(
+    studio: Any,
+    job: Job,
+    *,
+    run_id: str,
+    env_name: str,
+    task: str,
+    variation: int,
+    split: Split,
+    seed: int,
+    temperature: float,
+    checkpoint: str | None,
+) -> tuple[Any, Any]:
+    """Play a naive and a memory episode at once, stream their steps, save both to the session.
+
+    `job.data`: "naive"/"memory" → list[Step] as they happen; "episodes" → (naive, memory) at the end.
+    The pair is saved with a shared `group_id` ("side-…") so the Episodes tab can reopen it.
+    """
+    from empo2_studio.rollout import play_side_by_side
+
+    job.update(message="preparing the model", header=f"{task} · variation {variation} ({split}) · seed {seed}")
+    policy = studio.policy()
+    studio.use_checkpoint(run_id, checkpoint)
+    store = studio.store(run_id)
+    envs = studio.episode_envs(env_name)
+    limit = envs[0].step_limit(task)
+    studio.seed(seed)
+
+    def on_step(side: str, step: Any) -> None:
+        job.append(side, step)
+        done = max(len(job.data.get("naive", ())), len(job.data.get("memory", ())))
+        job.update(progress=done / limit, message=f"step {done} of at most {limit}")
+
+    job.update(message="playing")
+    naive, memory = play_side_by_side(
+        envs, policy, store, task=task, variation=variation, split=split, seed=seed,
+        temperature=temperature, on_step=on_step,
+    )  # fmt: skip
+    group = f"side-{uuid.uuid4().hex[:10]}"
+    naive, memory = replace(naive, group_id=group), replace(memory, group_id=group)
+    studio.session(run_id).append_episodes([naive, memory])
+    job.update(episodes=(naive, memory), message=f"finished: naive {naive.score:g} · memory {memory.score:g}")
+    return naive, memory
+
+
+def train(studio: Any, job: Job, *, run_id: str, iterations: int) -> list[Any]:
+    """Run `iterations` trainer iterations; stop after the current one when asked.
+
+    `job.data["reports"]` grows by one `IterationReport` per iteration. A checkpoint is saved at the
+    end (also after a stop) so the session stays consistent and nothing trained is lost.
+    """
+    job.update(message="preparing the trainer")
+    trainer = studio.trainer(run_id)
+    start = trainer.iteration
+
+    def on_report(report: Any) -> None:
+        job.append("reports", report)
+        done = report.iteration - start
+        job.update(progress=done / iterations,
+                   message=f"iteration {report.iteration} ({done}/{iterations}) · {report.update_mode}")
+
+    job.update(message=f"iteration {start + 1} ({0}/{iterations})")
+    reports = trainer.train(iterations, stop=job.stop_event, on_report=on_report)
+    job.update(message=f"saving checkpoint after iteration {trainer.iteration}")
+    path = trainer.save_checkpoint()
+    job.update(checkpoint=str(path), message=f"{len(reports)} iteration(s) done · checkpoint {path.name}")
+    return reports
+
+
+def distill(studio: Any, job: Job, *, run_id: str, episode_ids: list[str]) -> Any:
+    """One off-policy distillation update on the chosen (memory) episodes, then a checkpoint."""
+    job.update(message=f"distilling {len(episode_ids)} episode(s)")
+    trainer = studio.trainer(run_id)
+    report = trainer.distill(episode_ids)
+    job.append("reports", report)
+    path = trainer.save_checkpoint()
+    job.update(progress=1.0, checkpoint=str(path), message=f"distilled · checkpoint {path.name}")
+    return report
+
+
+def adapt(studio: Any, job: Job, *, run_id: str, checkpoint: str | None, task: str, trials: int) -> list[dict]:
+    """K trials on an unseen task with frozen weights; records the adapter checksum before/after.
+
+    `job.data`: "trials" → list of per-trial metric dicts; "checksum_before"/"checksum_after".
+    """
+    trainer = studio.trainer(run_id)
+    studio.use_checkpoint(run_id, checkpoint)
+    before = studio.adapter_checksum()
+    job.update(checksum_before=before, message=f"trial 0 of {trials} (no memory baseline)")
+
+    def on_trial(index: int, metrics: dict) -> None:
+        job.append("trials", dict(metrics))
+        job.update(progress=(index + 1) / trials, message=f"trial {index + 1} of {trials} done")
+        if job.stop_requested:
+            raise _Stopped()
+
+    try:
+        result = trainer.adapt(task, trials=trials, on_trial=on_trial)
+    except _Stopped:
+        result = job.snapshot().get("trials", [])
+    after = studio.adapter_checksum()
+    job.update(checksum_after=after,
+               message=("weights untouched" if after == before else "WEIGHTS CHANGED") + f" · checksum {after[:12]}")
+    return result
+
+
+class _Stopped(Exception):
+    """Raised from a callback to end an adaptation run early at a trial boundary."""
