@@ -87,3 +87,19 @@ class Policy(Protocol):
     def load_adapter(self, path: str) -> None:
         """Load a PEFT adapter directory; raises ValueError if it was saved for another base model."""
         ...
+
+
+_LAZY = {
+    "load_policy": "empo2_studio.policy.loading",
+    "build_tiny_policy": "empo2_studio.policy.loading",
+    "HFPolicy": "empo2_studio.policy.hf_policy",
+}
+
+
+def __getattr__(name: str) -> Any:
+    # The implementation imports torch; keep `import empo2_studio.policy` light for the protocol users.
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,273 @@
+"""`HFPolicy`: a Hugging Face causal LM with a LoRA adapter behind the `Policy` protocol.
+
+sample  — batched next-action sampling with per-episode KV caches (see sampling.py);
+score   — exact per-token log-probs of the sampled actions, packed: one forward per conversation
+          (turn t's prompt is a prefix of turn t+1's), instead of one forward per turn over its whole
+          history (the recipe's layout); constrained decoding rebuilds its masks from the turns'
+          valid actions, so an unchanged policy re-scores its own samples with ratio 1;
+write_tips — free-text reflection after an episode (paper §2);
+adapter I/O — PEFT directory format.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+
+from empo2_studio.policy import ActionRequest, Turn
+from empo2_studio.policy.sampling import CachedSampler
+from empo2_studio.policy.tokens import ActionTrie, ChatFormat
+from empo2_studio.types import ActionSample
+
+DECODINGS = ("free", "constrained")
+
+
+class HFPolicy:
+    """The LLM agent (paper §1). Attributes: `model` (peft-wrapped), `tokenizer`, `device`,
+    `base_model_name`, `decoding`, `version`, `chat_format`, `metrics` (`policy/…` counters)."""
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        decoding: str = "constrained",
+        base_model_name: str,
+        max_action_tokens: int = 32,
+        max_tip_tokens: int = 96,
+        seed: int = 0,
+    ):
+        if decoding not in DECODINGS:
+            raise ValueError(f"policy.decoding must be one of {list(DECODINGS)}, got {decoding!r}")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.decoding = decoding
+        self.base_model_name = base_model_name
+        self.max_action_tokens = max_action_tokens
+        self.max_tip_tokens = max_tip_tokens
+        self.version = "base"
+        self.chat_format = ChatFormat.probe(tokenizer)
+        self.sampler = CachedSampler(model, self.chat_format)
+        self.generator = torch.Generator().manual_seed(seed)
+        self.metrics: dict[str, float] = {"policy/packed_fallback": 0.0 if self.chat_format.packed else 1.0}
+        self._newline: tuple[frozenset[int], frozenset[int]] | None = None
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    # ---------------------------------------------------------------- sampling
+
+    def prompt_ids(self, turns: Sequence[Turn]) -> list[int]:
+        """Ids of the sampling prompt of the conversation's last (unanswered) turn."""
+        if self.chat_format.packed:
+            return self.chat_format.conversation_ids(turns)[0]
+        return self.chat_format.turn_prompt_ids(turns, len(turns) - 1)
+
+    def sample(self, requests: Sequence[ActionRequest], *, temperature: float) -> list[ActionSample]:
+        """Sample the next action of every request (B episodes) in one call; see `Policy.sample`.
+
+        temperature 0 means greedy. Raises ValueError on an empty batch, a last turn that already has
+        an action, an earlier turn without one, duplicate keys, or (constrained) no valid actions.
+        """
+        self._check_requests(requests, temperature)
+        prompts = [self.prompt_ids(r.turns) for r in requests]
+        tries = [
+            ActionTrie.build(self.chat_format, r.turns[-1].valid_actions) if self.decoding == "constrained" else None
+            for r in requests
+        ]
+        newline, blank = self._newline_ids() if self.decoding == "free" else (frozenset(), frozenset())
+        stop = frozenset(t for t in (self.chat_format.eot_id, self.tokenizer.eos_token_id) if t is not None)
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            states = self.sampler.prepare([r.key for r in requests], prompts)
+            out = []
+            for state, trie in zip(states, tries):
+                ids, logps = self.sampler.sample_action(
+                    state,
+                    trie=trie,
+                    temperature=temperature,
+                    max_tokens=self.max_action_tokens,
+                    stop_ids=stop,
+                    newline_ids=newline,
+                    blank_ids=blank,
+                    generator=self.generator,
+                )
+                text = self.tokenizer.decode(ids, skip_special_tokens=True).strip()
+                out.append(ActionSample(text=text, token_ids=tuple(ids), logprobs=tuple(logps)))
+        finally:
+            self.model.train(was_training)
+        return out
+
+    def forget(self, key: str) -> None:
+        """Drop the KV cache kept for episode `key` (call when the episode ends)."""
+        self.sampler.forget(key)
+
+    def _check_requests(self, requests: Sequence[ActionRequest], temperature: float) -> None:
+        if not requests:
+            raise ValueError("sample() needs at least one ActionRequest, got an empty batch")
+        if not temperature >= 0:
+            raise ValueError(f"temperature must be ≥ 0 (0 = greedy), got {temperature!r}")
+        keys = [r.key for r in requests]
+        if len(set(keys)) != len(keys):
+            raise ValueError(f"duplicate episode keys in one batch: {keys}")
+        for r in requests:
+            if not r.turns or r.turns[-1].action_ids is not None:
+                raise ValueError(f"request {r.key!r}: the last turn must await an action (action_ids=None)")
+            if any(t.action_ids is None for t in r.turns[:-1]):
+                raise ValueError(f"request {r.key!r}: every earlier turn needs its action_ids")
+            if self.decoding == "constrained" and not r.turns[-1].valid_actions:
+                raise ValueError(f"request {r.key!r}: constrained decoding needs valid_actions on the last turn")
+
+    def _newline_ids(self) -> tuple[frozenset[int], frozenset[int]]:
+        """(tokens containing a newline, whitespace-only tokens), computed once for free decoding."""
+        if self._newline is None:
+            texts = self.tokenizer.batch_decode([[i] for i in range(len(self.tokenizer))])
+            self._newline = (
+                frozenset(i for i, t in enumerate(texts) if "\n" in t),
+                frozenset(i for i, t in enumerate(texts) if not t.strip()),
+            )
+        return self._newline
+
+    # ---------------------------------------------------------------- scoring
+
+    def score(self, conversations: Sequence[Sequence[Turn]]) -> list[list[torch.Tensor]]:
+        """Per-token log-probs of every turn's action ids, one forward per conversation (packed).
+
+        Returns per conversation a list of 1-D tensors (len(action_ids),). Gradients flow to the
+        LoRA parameters when grad is enabled. Falls back to `score_per_turn` (and counts it in
+        `metrics["policy/packed_fallback"]`) when the chat template breaks the prefix property.
+        """
+        self._check_conversations(conversations)
+        if not self.chat_format.packed:
+            self.metrics["policy/packed_fallback"] += len(conversations)
+            return self.score_per_turn(conversations)
+        out = []
+        for conv in conversations:
+            ids, spans = self.chat_format.conversation_ids(conv)
+            positions = [p for s, e in spans for p in range(s - 1, e - 1)]
+            targets = [t for turn in conv for t in turn.action_ids]  # type: ignore[union-attr]
+            logits = self._logits(ids, positions)
+            logp = self._token_logprobs(logits, targets, self._masks(conv))
+            out.append(list(torch.split(logp, [e - s for s, e in spans])))
+        return out
+
+    def score_per_turn(self, conversations: Sequence[Sequence[Turn]]) -> list[list[torch.Tensor]]:
+        """The reference layout: one forward per turn over that turn's whole prompt + action."""
+        self._check_conversations(conversations)
+        out = []
+        for conv in conversations:
+            per_turn = []
+            for t, turn in enumerate(conv):
+                prompt = self.prompt_ids(list(conv[:t]) + [Turn(turn.user_text, None, turn.valid_actions)])
+                action = list(turn.action_ids)  # type: ignore[arg-type]
+                positions = list(range(len(prompt) - 1, len(prompt) + len(action) - 1))
+                logits = self._logits(prompt + action, positions)
+                per_turn.append(self._token_logprobs(logits, action, self._masks([turn])))
+            out.append(per_turn)
+        return out
+
+    def _check_conversations(self, conversations: Sequence[Sequence[Turn]]) -> None:
+        if not conversations:
+            raise ValueError("score() needs at least one conversation, got an empty batch")
+        for i, conv in enumerate(conversations):
+            if not conv:
+                raise ValueError(f"conversation {i} has no turns")
+            if any(t.action_ids is None for t in conv):
+                raise ValueError(f"conversation {i}: every turn needs action_ids to be scored")
+
+    def _logits(self, ids: list[int], positions: list[int]) -> torch.Tensor:
+        x = torch.tensor([ids], device=self.device)
+        keep = torch.tensor(positions, dtype=torch.long, device=self.device)
+        return self.model(input_ids=x, use_cache=False, logits_to_keep=keep).logits[0].float()
+
+    def _masks(self, conv: Sequence[Turn]) -> list[list[int]] | None:
+        if self.decoding != "constrained":
+            return None
+        masks: list[list[int]] = []
+        for turn in conv:
+            masks.extend(ActionTrie.build(self.chat_format, turn.valid_actions).masks(turn.action_ids))  # type: ignore[arg-type]
+        return masks
+
+    @staticmethod
+    def _token_logprobs(logits: torch.Tensor, targets: list[int], masks: list[list[int]] | None) -> torch.Tensor:
+        """log_softmax + gather, over the allowed tokens only when `masks` is given: (P, V) → (P,)."""
+        if masks is not None and len(targets):
+            allowed = torch.zeros_like(logits, dtype=torch.bool)
+            rows = torch.tensor([r for r, m in enumerate(masks) for _ in m], device=logits.device)
+            cols = torch.tensor([c for m in masks for c in m], device=logits.device)
+            allowed[rows, cols] = True
+            logits = logits.masked_fill(~allowed, float("-inf"))
+        tgt = torch.tensor(targets, dtype=torch.long, device=logits.device)
+        return torch.log_softmax(logits, dim=-1).gather(-1, tgt[:, None]).squeeze(-1)
+
+    # ---------------------------------------------------------------- reflection
+
+    @torch.no_grad()
+    def write_tips(self, conversations: Sequence[Sequence[Turn]], instruction: str) -> list[str]:
+        """Greedy free text (≤ max_tip_tokens) answering `instruction` after each conversation,
+        batched with left padding; returns the raw decoded texts (paper §2, the tip prompt)."""
+        if not conversations:
+            raise ValueError("write_tips() needs at least one conversation, got an empty batch")
+        prompts = [self.prompt_ids(list(conv) + [Turn(instruction, None)]) for conv in conversations]
+        width = max(len(p) for p in prompts)
+        pad = self.tokenizer.pad_token_id
+        ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=self.device)
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=self.device)
+        stop = [t for t in (self.chat_format.eot_id, self.tokenizer.eos_token_id) if t is not None]
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            gen = self.model.generate(
+                input_ids=ids,
+                attention_mask=mask,
+                max_new_tokens=self.max_tip_tokens,
+                do_sample=False,
+                eos_token_id=stop,
+                pad_token_id=pad,
+            )
+        finally:
+            self.model.train(was_training)
+        return [self.tokenizer.decode(row[width:], skip_special_tokens=True).strip() for row in gen]
+
+    # ---------------------------------------------------------------- adapter
+
+    def trainable_parameters(self) -> list[torch.nn.Parameter]:
+        """The LoRA parameters (requires_grad=True); the base weights are frozen."""
+        return [p for p in self.model.parameters() if p.requires_grad]
+
+    def save_adapter(self, path: str) -> None:
+        """Write the LoRA adapter as a PEFT directory (adapter_config.json + adapter_model.safetensors)."""
+        self.model.peft_config["default"].base_model_name_or_path = self.base_model_name
+        self.model.save_pretrained(str(path))
+
+    def load_adapter(self, path: str) -> None:
+        """Load LoRA weights saved by `save_adapter`. ValueError if the directory is not a PEFT adapter,
+        was saved for another base model or has another LoRA shape; the current weights stay unchanged."""
+        from peft import set_peft_model_state_dict
+        from safetensors.torch import load_file
+
+        folder = Path(path)
+        cfg_file, weights = folder / "adapter_config.json", folder / "adapter_model.safetensors"
+        if not cfg_file.is_file() or not weights.is_file():
+            raise ValueError(f"{str(path)!r} is not a PEFT adapter directory (needs {cfg_file.name} and {weights.name})")
+        saved = json.loads(cfg_file.read_text())
+        base = saved.get("base_model_name_or_path")
+        if base != self.base_model_name:
+            raise ValueError(f"adapter {str(path)!r} was saved for base model {base!r}, this policy is {self.base_model_name!r}")
+        ours = self.model.peft_config["default"]
+        if saved.get("r") != ours.r or sorted(saved.get("target_modules") or []) != sorted(ours.target_modules):
+            raise ValueError(
+                f"adapter {str(path)!r} has r={saved.get('r')} targets={sorted(saved.get('target_modules') or [])}; "
+                f"this policy has r={ours.r} targets={sorted(ours.target_modules)}"
+            )
+        state = load_file(str(weights), device=str(self.device))
+        result = set_peft_model_state_dict(self.model, state)
+        if getattr(result, "unexpected_keys", None):
+            raise ValueError(f"adapter {str(path)!r} has unexpected weights: {result.unexpected_keys[:5]}")
+        self.sampler.states.clear()  # cached keys/values belong to the old weights
+        self.version = folder.name
