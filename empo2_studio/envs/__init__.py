@@ -6,9 +6,25 @@ Two implementations: `TrapEnv` (pure Python exploration trap, milliseconds per s
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from empo2_studio.types import Observation, Split, StepResult
+
+if TYPE_CHECKING:
+    from empo2_studio.config import EnvConfig
+
+ACTION_FORMATS: dict[str, tuple[str, ...]] = {
+    "trap": ("look around", "go to ROOM", "focus on OBJ", "turn on OBJ", "pick up OBJ", "water OBJ"),
+    "scienceworld": (
+        "look around", "look at OBJ", "look in OBJ", "go to LOC", "teleport to LOC", "open OBJ",
+        "close OBJ", "activate OBJ", "deactivate OBJ", "pick up OBJ", "put down OBJ",
+        "move OBJ to OBJ", "pour OBJ in OBJ", "dunk OBJ in OBJ", "mix OBJ", "connect OBJ to OBJ",
+        "disconnect OBJ", "use OBJ on OBJ", "read OBJ", "eat OBJ", "flush OBJ", "focus on OBJ",
+        "wait", "wait1",
+    ),
+}
+"""The action templates each environment accepts, for the prompt (method.md §3 "Action format").
+ScienceWorld's are its own simulator templates ("go to", "pour … in"), not the paper's shorthand."""
 
 
 class TextEnv(Protocol):
@@ -51,6 +67,39 @@ class TextEnv(Protocol):
         ...
 
 
-def make_env(cfg: "EnvConfig") -> TextEnv:  # noqa: F821  (implemented by the envs package)
-    """Build the environment named by `cfg.name` ("trap" or "scienceworld")."""
-    raise NotImplementedError
+def make_env(cfg: EnvConfig) -> TextEnv:
+    """Build the environment named by `cfg.name` ("trap" or "scienceworld").
+
+    Checks `cfg.name`, `cfg.task`, `cfg.simplification` and `cfg.step_limit` first and raises
+    ValueError naming the bad value and the valid ones; the ScienceWorld JVM starts lazily at the
+    first `reset`, so a bad config never leaves a JVM behind.
+    """
+    if cfg.name == "trap":
+        from empo2_studio.envs.trap import TrapEnv
+
+        env: TextEnv = TrapEnv(step_limit=cfg.step_limit)
+    elif cfg.name == "scienceworld":
+        from empo2_studio.envs.scienceworld import ScienceWorldEnv
+
+        env = ScienceWorldEnv(simplification=cfg.simplification, step_limit=cfg.step_limit)
+    else:
+        raise ValueError(f"unknown environment {cfg.name!r}; valid: {', '.join(ACTION_FORMATS)}")
+    if cfg.task not in env.task_names():
+        env.close()
+        raise ValueError(
+            f"unknown {cfg.name} task {cfg.task!r}; valid tasks: {', '.join(env.task_names())}"
+        )
+    return env
+
+
+def __getattr__(name: str):
+    # Lazy re-exports: `from empo2_studio.envs import TrapEnv` without importing py4j up front.
+    if name == "TrapEnv":
+        from empo2_studio.envs.trap import TrapEnv
+
+        return TrapEnv
+    if name == "ScienceWorldEnv":
+        from empo2_studio.envs.scienceworld import ScienceWorldEnv
+
+        return ScienceWorldEnv
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
