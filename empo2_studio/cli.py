@@ -1,0 +1,534 @@
+"""`empo2-studio`: the headless front door (the studio is the other one).
+
+    empo2-studio                       launch the studio (same as `empo2-studio app`)
+    empo2-studio train [--config F.json] [--algo.clip-low 0.2 ...]   a new run
+    empo2-studio train --resume RUN_ID [--more N]                    continue from the last checkpoint
+    empo2-studio eval --session RUN_ID         test split, no memory, eval temperature
+    empo2-studio adapt --from RUN_ID --task T --trials K             OOD adaptation, frozen weights
+    empo2-studio distill --session RUN_ID (--episodes a,b | --all-memory)
+    empo2-studio tips {list,export,import,reembed} --session RUN_ID ...
+    empo2-studio sessions                      list runs with their last metrics
+
+Every RunConfig field is a flag (`--rollout.p-memory`, `--algo.low-prob-mask per-sequence`, ...);
+flags override `--config`. Exit codes: 0 ok, 1 failure, 2 usage (bad flag, invalid config, unknown
+run), 130 aborted by a second Ctrl-C. The first Ctrl-C stops training after the current iteration
+and saves a checkpoint. Sessions live in `--sessions-dir`, else $EMPO2_SESSIONS_DIR, else ./sessions.
+Heavy modules (torch, the trainer, gradio) load only inside the command that needs them.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import threading
+import traceback
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Annotated, Any
+
+import tyro
+
+from empo2_studio import __version__
+from empo2_studio.config import RunConfig
+from empo2_studio.sessions import Session, default_sessions_root, list_sessions
+
+OK, FAILURE, USAGE, ABORTED = 0, 1, 2, 130
+_SHOWN_METRICS = ("rollout/score_mean", "rollout/success_rate", "loss/policy", "mask/low_prob_frac")
+
+
+class UsageError(Exception):
+    """Bad input detected before any work started (exit code 2)."""
+
+
+# ---- command definitions (tyro turns each dataclass into flags and --help) ------------------------
+
+
+@dataclass
+class AppCmd:
+    """Launch the studio (Gradio) in the browser."""
+
+    host: str = "127.0.0.1"
+    """Interface to listen on (0.0.0.0 to expose on the network)."""
+    port: int = 7860
+    """TCP port."""
+    sessions_dir: Path | None = None
+    """Sessions root (default: $EMPO2_SESSIONS_DIR or ./sessions)."""
+
+
+@dataclass
+class TrainCmd:
+    """Train a new run from flags and/or --config, or continue one with --resume."""
+
+    run: Annotated[RunConfig, tyro.conf.arg(name="")] = field(default_factory=RunConfig)
+    config: Path | None = None
+    """A RunConfig JSON file (e.g. a session's config.json); flags given with it override it."""
+    resume: str | None = None
+    """Continue this run id from its latest checkpoint (its stored config is used unchanged)."""
+    more: int | None = None
+    """With --resume: run this many more iterations (default: up to train.iterations in total)."""
+    sessions_dir: Path | None = None
+    """Sessions root (default: $EMPO2_SESSIONS_DIR or ./sessions)."""
+
+
+@dataclass
+class EvalCmd:
+    """Evaluate a run's latest checkpoint on the test split, without memory (paper §5)."""
+
+    session: str
+    """Run id."""
+    variations: int | None = None
+    """Test variations (default: the run's train.eval_variations)."""
+    repeats: int | None = None
+    """Episodes per variation (default: the run's train.eval_repeats)."""
+    json: bool = False
+    """Print the metrics as one JSON object."""
+    sessions_dir: Path | None = None
+    """Sessions root (default: $EMPO2_SESSIONS_DIR or ./sessions)."""
+
+
+@dataclass
+class AdaptCmd:
+    """Out-of-distribution adaptation (paper §6.1): frozen weights, memory grows over K trials."""
+
+    from_: Annotated[str, tyro.conf.arg(name="from")]
+    """Run id whose latest checkpoint is adapted."""
+    task: str
+    """A task the run was not trained on."""
+    trials: int = 10
+    """Trials after the memory-free trial 0."""
+    json: bool = False
+    """Print the per-trial rows as JSON lines."""
+    sessions_dir: Path | None = None
+    """Sessions root (default: $EMPO2_SESSIONS_DIR or ./sessions)."""
+
+
+@dataclass
+class DistillCmd:
+    """Off-policy distillation over recorded memory-mode episodes, without new rollouts."""
+
+    session: str
+    """Run id."""
+    episodes: str | None = None
+    """Comma-separated episode ids."""
+    all_memory: bool = False
+    """Use every memory-mode training episode of the session."""
+    sessions_dir: Path | None = None
+    """Sessions root (default: $EMPO2_SESSIONS_DIR or ./sessions)."""
+
+
+@dataclass
+class TipsList:
+    """Print a session's tips."""
+
+    session: str
+    """Run id."""
+    task: str | None = None
+    """Only this task."""
+    variation: int | None = None
+    """Only this variation (memory partition)."""
+    contains: str | None = None
+    """Case-insensitive text filter."""
+    limit: int = 50
+    """At most this many rows."""
+    sessions_dir: Path | None = None
+    """Sessions root (default: $EMPO2_SESSIONS_DIR or ./sessions)."""
+
+
+@dataclass
+class TipsExport:
+    """Write a session's tips to a JSONL file."""
+
+    session: str
+    """Run id."""
+    out: Path
+    """Output file (overwritten)."""
+    task: str | None = None
+    """Only this task."""
+    sessions_dir: Path | None = None
+    """Sessions root (default: $EMPO2_SESSIONS_DIR or ./sessions)."""
+
+
+@dataclass
+class TipsImport:
+    """Add the tips of a JSONL file to a session (all lines validated first; nothing added on error)."""
+
+    session: str
+    """Run id."""
+    file: Path
+    """A JSONL file written by `tips export` (or by hand, same fields)."""
+    sessions_dir: Path | None = None
+    """Sessions root (default: $EMPO2_SESSIONS_DIR or ./sessions)."""
+
+
+@dataclass
+class TipsReembed:
+    """Re-embed every tip with the session's configured embedder."""
+
+    session: str
+    """Run id."""
+    sessions_dir: Path | None = None
+    """Sessions root (default: $EMPO2_SESSIONS_DIR or ./sessions)."""
+
+
+@dataclass
+class TipsCmd:
+    """Curate a session's tip memory."""
+
+    action: Annotated[
+        Annotated[TipsList, tyro.conf.subcommand("list")]
+        | Annotated[TipsExport, tyro.conf.subcommand("export")]
+        | Annotated[TipsImport, tyro.conf.subcommand("import")]
+        | Annotated[TipsReembed, tyro.conf.subcommand("reembed")],
+        tyro.conf.arg(name=""),
+    ]
+
+
+@dataclass
+class SessionsCmd:
+    """List runs with their last metrics."""
+
+    json: bool = False
+    """One JSON object per run."""
+    sessions_dir: Path | None = None
+    """Sessions root (default: $EMPO2_SESSIONS_DIR or ./sessions)."""
+
+
+COMMANDS: dict[str, type] = {
+    "app": AppCmd, "train": TrainCmd, "eval": EvalCmd, "adapt": AdaptCmd, "distill": DistillCmd,
+    "tips": TipsCmd, "sessions": SessionsCmd,
+}  # fmt: skip
+
+
+# ---- entry point -----------------------------------------------------------------------------------
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; returns the exit code (0 ok, 1 failure, 2 usage, 130 aborted)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] in ("-h", "--help"):
+        print(_overview())
+        return OK
+    if args and args[0] == "--version":
+        print(f"empo2-studio {__version__}")
+        return OK
+    name = args.pop(0) if args and args[0] in COMMANDS else "app"
+    if args and not args[0].startswith("-") and name == "app" and args[0] not in COMMANDS:
+        print(f"empo2-studio: unknown command {args[0]!r}; commands: {', '.join(COMMANDS)}", file=sys.stderr)
+        return USAGE
+    try:
+        cmd = _parse(name, args)
+        return RUNNERS[name](cmd)
+    except SystemExit as e:  # tyro/argparse: --help (0) or a bad flag (2)
+        return e.code if isinstance(e.code, int) else USAGE
+    except UsageError as e:
+        print(f"empo2-studio {name}: {e}", file=sys.stderr)
+        return USAGE
+    except KeyboardInterrupt:
+        print("\naborted", file=sys.stderr)
+        return ABORTED
+    except (ValueError, KeyError, OSError) as e:
+        print(f"empo2-studio {name}: error: {_message(e)}", file=sys.stderr)
+        return FAILURE
+    except Exception:
+        traceback.print_exc()
+        return FAILURE
+
+
+def _overview() -> str:
+    lines = [f"usage: empo2-studio [COMMAND] [--help] ...   (version {__version__})", "", "commands:"]
+    for name, cls in COMMANDS.items():
+        summary = (cls.__doc__ or "").strip().splitlines()[0]
+        lines.append(f"  {name:<9} {summary}" + ("  [default]" if name == "app" else ""))
+    lines += ["", "Run `empo2-studio COMMAND --help` for a command's flags."]
+    return "\n".join(lines)
+
+
+def _parse(name: str, args: list[str]) -> Any:
+    prog = f"empo2-studio {name}"
+    if name != "train":
+        return tyro.cli(COMMANDS[name], args=args, prog=prog)
+    default = TrainCmd()
+    config_path = _peek_flag(args, "--config")
+    resume = _peek_flag(args, "--resume")
+    if config_path and resume:
+        raise UsageError("give either --config (a new run) or --resume (an existing run), not both")
+    if config_path:
+        try:
+            default = TrainCmd(run=RunConfig.from_json(Path(config_path).read_text()))
+        except (OSError, ValueError, TypeError) as e:
+            raise UsageError(f"cannot read config {config_path}: {_message(e)}") from None
+    if resume:
+        session = _open(resume, _peek_flag(args, "--sessions-dir"))
+        default = TrainCmd(run=session.config)
+    return tyro.cli(TrainCmd, args=args, prog=prog, default=default)
+
+
+def _peek_flag(args: list[str], flag: str) -> str | None:
+    """The value of `flag` in args (`--flag V` or `--flag=V`), before the full parse."""
+    for i, a in enumerate(args):
+        if a == flag and i + 1 < len(args):
+            return args[i + 1]
+        if a.startswith(flag + "="):
+            return a.split("=", 1)[1]
+    return None
+
+
+def _root(sessions_dir: Path | None) -> Path:
+    return Path(sessions_dir) if sessions_dir is not None else default_sessions_root()
+
+
+def _open(run_id: str, sessions_dir: Path | str | None) -> Session:
+    try:
+        return Session.open(_root(None if sessions_dir is None else Path(sessions_dir)), run_id)
+    except (FileNotFoundError, ValueError) as e:
+        raise UsageError(str(e)) from None
+
+
+def _message(e: BaseException) -> str:
+    return e.args[0] if isinstance(e, KeyError) and e.args else str(e)
+
+
+# ---- runners ---------------------------------------------------------------------------------------
+
+
+def run_app(cmd: AppCmd) -> int:
+    from empo2_studio.app import launch  # gradio loads only here
+
+    launch(host=cmd.host, port=cmd.port, sessions_dir=_root(cmd.sessions_dir))
+    return OK
+
+
+def run_train(cmd: TrainCmd) -> int:
+    if cmd.resume:
+        session = _open(cmd.resume, cmd.sessions_dir)
+        _refuse_config_change(session, cmd.run)
+        trainer = _load_trainer(session, require_checkpoint=True)
+        total = session.config.train.iterations
+        todo = cmd.more if cmd.more is not None else total - trainer.iteration
+        if todo < 1:
+            print(f"{session.run_id}: already at iteration {trainer.iteration} of {total}; use --more N")
+            return OK
+    else:
+        if cmd.more is not None:
+            raise UsageError("--more only applies with --resume; use --train.iterations for a new run")
+        try:
+            session = Session.create(_root(cmd.sessions_dir), cmd.run)
+        except (ValueError, FileExistsError) as e:
+            raise UsageError(str(e)) from None
+        print(f"session {session.run_id} in {session.dir}", file=sys.stderr)
+        trainer = _load_trainer(session, require_checkpoint=False)
+        todo = session.config.train.iterations
+    return _train_loop(trainer, todo)
+
+
+def _train_loop(trainer: Any, iterations: int) -> int:
+    from tqdm import tqdm
+
+    with _StopOnInterrupt() as stop, tqdm(total=iterations, desc="train", unit="it") as bar:
+
+        def on_report(report: Any) -> None:
+            shown = {k.split("/")[-1]: f"{report.metrics[k]:.3g}" for k in _SHOWN_METRICS if k in report.metrics}
+            bar.set_postfix({"mode": report.update_mode, **shown}, refresh=False)
+            bar.update(1)
+
+        try:
+            reports = trainer.train(iterations, stop=stop, on_report=on_report)
+        finally:
+            trainer.close()
+    session = trainer.session
+    latest = session.latest_checkpoint()
+    where = f"; checkpoint {latest[1]}" if latest else ""
+    note = " (stopped by Ctrl-C)" if stop.is_set() else ""
+    print(f"{session.run_id}: {len(reports)} iteration(s), now at {trainer.iteration}{note}{where}")
+    return OK
+
+
+def run_eval(cmd: EvalCmd) -> int:
+    session = _open(cmd.session, cmd.sessions_dir)
+    trainer = _load_trainer(session, require_checkpoint=False)
+    try:
+        result = trainer.evaluate(variations=cmd.variations, repeats=cmd.repeats)
+    finally:
+        trainer.close()
+    _print_metrics(result, as_json=cmd.json)
+    return OK
+
+
+def run_adapt(cmd: AdaptCmd) -> int:
+    from tqdm import tqdm
+
+    if cmd.trials < 1:
+        raise UsageError(f"--trials must be ≥ 1, got {cmd.trials}")
+    session = _open(cmd.from_, cmd.sessions_dir)
+    trainer = _load_trainer(session, require_checkpoint=False)
+    try:
+        with tqdm(total=cmd.trials + 1, desc=f"adapt {cmd.task}", unit="trial") as bar:
+            rows = trainer.adapt(cmd.task, trials=cmd.trials, on_trial=lambda row: bar.update(1))
+    finally:
+        trainer.close()
+    for row in rows:
+        print(json.dumps(row) if cmd.json else "  ".join(f"{k}={_fmt(v)}" for k, v in row.items()))
+    return OK
+
+
+def run_distill(cmd: DistillCmd) -> int:
+    if bool(cmd.episodes) == cmd.all_memory:
+        raise UsageError("give exactly one of --episodes id,id,... or --all-memory")
+    session = _open(cmd.session, cmd.sessions_dir)
+    if cmd.all_memory:
+        ids = [e.episode_id for e in session.episodes() if e.rollout_mode == "memory" and e.update_mode is not None]
+        if not ids:
+            raise UsageError(f"session {session.run_id!r} has no memory-mode training episodes")
+    else:
+        ids = [i.strip() for i in (cmd.episodes or "").split(",") if i.strip()]
+        try:
+            session.episodes(ids)
+        except KeyError as e:
+            raise UsageError(_message(e)) from None
+    trainer = _load_trainer(session, require_checkpoint=False)
+    try:
+        report = trainer.distill(ids)
+        path = trainer.save_checkpoint()
+    finally:
+        trainer.close()
+    _print_metrics(report.metrics, as_json=False)
+    print(f"distilled {len(ids)} episode(s); checkpoint {path}" + (" (update skipped: non-finite)" if report.skipped_update else ""))
+    return OK
+
+
+def run_tips(cmd: TipsCmd) -> int:
+    a = cmd.action
+    session = _open(a.session, a.sessions_dir)
+    if isinstance(a, (TipsList, TipsExport)) and not session.tips_path.exists():
+        print(f"session {session.run_id!r} has no tips yet")
+        return OK
+    from empo2_studio.memory import TipStore, make_embedder
+
+    embedder = make_embedder(session.config.memory.embedder)
+    store = TipStore.open(session.tips_path, embedder, session.config.memory, verify_embedder=False)
+    if isinstance(a, TipsList):
+        tips = store.list_tips(task=a.task, variation=a.variation, text_contains=a.contains, limit=a.limit)
+        for t in tips:
+            flag = "" if t.enabled else " [off]"
+            print(f"{t.tip_id[:8]}  {t.task}#{t.variation}  {t.score:6.1f}{flag}  {_clip(t.text, 90)}")
+        print(f"{len(tips)} of {store.count()} tip(s)", file=sys.stderr)
+    elif isinstance(a, TipsExport):
+        n = store.export_jsonl(a.out, **({"task": a.task} if a.task else {}))
+        print(f"wrote {n} tip(s) to {a.out}")
+    elif isinstance(a, TipsImport):
+        if not a.file.is_file():
+            raise UsageError(f"no such file: {a.file}")
+        result = store.import_jsonl(a.file)
+        print(f"imported {result.added} tip(s), skipped {result.skipped_duplicates} duplicate(s)")
+    else:
+        print(f"re-embedded {store.reembed(embedder)} tip(s) with {embedder.name!r}")
+    return OK
+
+
+def run_sessions(cmd: SessionsCmd) -> int:
+    rows = list_sessions(_root(cmd.sessions_dir))
+    if cmd.json:
+        for r in rows:
+            print(json.dumps({**asdict(r), "dir": str(r.dir)}))
+        return OK
+    if not rows:
+        print(f"no sessions in {_root(cmd.sessions_dir)}")
+        return OK
+    print(f"{'run id':<44} {'env/task':<32} {'iter':>5} {'ckpts':>5}  last metrics")
+    for r in rows:
+        m = r.last_metrics
+        shown = "  ".join(f"{k.split('/')[-1]}={_fmt(m[k])}" for k in ("kind", *_SHOWN_METRICS[:3]) if k in m)
+        print(f"{r.run_id:<44} {_clip(f'{r.env}/{r.task}', 32):<32} {r.iteration:>5} {r.checkpoints:>5}  {shown}")
+    return OK
+
+
+RUNNERS = {
+    "app": run_app, "train": run_train, "eval": run_eval, "adapt": run_adapt, "distill": run_distill,
+    "tips": run_tips, "sessions": run_sessions,
+}  # fmt: skip
+
+
+# ---- helpers ---------------------------------------------------------------------------------------
+
+
+def _load_trainer(session: Session, *, require_checkpoint: bool) -> Any:
+    """The session's trainer at its latest checkpoint, or with fresh LoRA weights when it has none."""
+    from empo2_studio.trainer import Trainer  # torch loads only here
+
+    if session.latest_checkpoint() is not None:
+        return Trainer.resume(session)
+    if require_checkpoint:
+        raise UsageError(f"session {session.run_id!r} has no checkpoint to resume from")
+    return Trainer(session.config, session)
+
+
+def _refuse_config_change(session: Session, cfg: RunConfig) -> None:
+    """Resuming keeps the stored config: a different base model gets `check_compatible`'s message,
+    any other change is refused too (earlier iterations must stay described by config.json)."""
+    cfg = replace(cfg, run_id=session.config.run_id)
+    if cfg == session.config:
+        return
+    try:
+        session.check_compatible(cfg)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    changed = sorted(_diff(asdict(session.config), asdict(cfg)))
+    raise UsageError(
+        f"--resume continues {session.run_id!r} with its stored config; these flags would change it: "
+        f"{', '.join(changed)}. Start a new run instead: empo2-studio train --config "
+        f"{session.dir / 'config.json'} --run-id NEW_ID [flags]"
+    )
+
+
+def _diff(a: dict[str, Any], b: dict[str, Any], prefix: str = "") -> list[str]:
+    out = []
+    for k in a:
+        if isinstance(a[k], dict):
+            out += _diff(a[k], b[k], f"{prefix}{k}.")
+        elif a[k] != b[k]:
+            out.append(f"{prefix}{k}")
+    return out
+
+
+class _StopOnInterrupt:
+    """First Ctrl-C sets the stop event (training ends after the current step); the second aborts."""
+
+    def __enter__(self) -> threading.Event:
+        self.event = threading.Event()
+        self._previous = None
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+        return self.event
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.event.is_set():
+            raise KeyboardInterrupt
+        self.event.set()
+        print("\nstopping after the current step (Ctrl-C again to abort)", file=sys.stderr, flush=True)
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+
+
+def _print_metrics(metrics: dict[str, Any], *, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(metrics))
+        return
+    for k in sorted(metrics):
+        print(f"{k:<32} {_fmt(metrics[k])}")
+
+
+def _fmt(v: Any) -> str:
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
+def _clip(text: str, n: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

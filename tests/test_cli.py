@@ -1,0 +1,131 @@
+"""The `empo2-studio` CLI: help, usage errors (exit 2), listing, tips, resume refusals; one real
+training run as a subprocess (slow)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from empo2_studio.cli import main
+from empo2_studio.config import RunConfig
+from empo2_studio.sessions import Session
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def sessions(tmp_path, monkeypatch):
+    monkeypatch.setenv("EMPO2_SESSIONS_DIR", str(tmp_path))
+    return tmp_path
+
+
+def test_overview_and_every_command_help(capsys):
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    for name in ("app", "train", "eval", "adapt", "distill", "tips", "sessions"):
+        assert f"  {name} " in out
+    for argv in (["train"], ["eval"], ["adapt"], ["distill"], ["tips"], ["tips", "list"], ["sessions"], ["app"]):
+        assert main([*argv, "--help"]) == 0, argv
+    out = capsys.readouterr().out
+    assert "--algo.clip-low" in out and "--rollout.p-memory" in out and "--from" in out
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["train", "--rollout.group-size", "1"], "group_size must be ≥ 2"),
+        (["train", "--algo.low-prob-threshold", "0.5"], "low_prob_threshold"),
+        (["train", "--rollout.p-memory", "1.5"], "p_memory"),
+        (["train", "--run-id", "../x"], "invalid run id"),
+        (["train", "--resume", "nope"], "no session 'nope'"),
+        (["train", "--more", "3"], "--more only applies with --resume"),
+        (["eval", "--session", "nope"], "available: none"),
+        (["distill", "--session", "x"], "exactly one of"),
+        (["frobnicate"], "unknown command"),
+    ],
+)
+def test_usage_errors_exit_2_without_traceback(sessions, capsys, argv, message):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert list(sessions.iterdir()) == []  # nothing was created
+
+
+def test_bad_flag_values_exit_2(sessions, capsys):
+    assert main(["train", "--algo.loss-agg", "sum"]) == 2
+    assert main(["train", "--no-such-flag", "1"]) == 2
+    assert "token-mean" in capsys.readouterr().err
+
+
+def test_config_file_then_flags_override(sessions, tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"algo": {"nope": 1}}')
+    assert main(["train", "--config", str(bad)]) == 2
+    assert "unknown keys ['nope']" in capsys.readouterr().err
+    # A valid file plus an invalid override: the flag wins and is rejected.
+    good = tmp_path / "good.json"
+    good.write_text(RunConfig().with_overrides(rollout={"group_size": 4}).to_json())
+    assert main(["train", "--config", str(good), "--rollout.group-size", "1"]) == 2
+
+
+def test_resume_refuses_other_model_and_other_settings(sessions, capsys):
+    Session.create(sessions, RunConfig(run_id="run-a"))
+    assert main(["train", "--resume", "run-a", "--policy.model", "Qwen/Qwen2.5-7B-Instruct"]) == 2
+    err = capsys.readouterr().err
+    assert "policy.model: session has 'smollm2-135m-instruct', requested 'Qwen/Qwen2.5-7B-Instruct'" in err
+    assert main(["train", "--resume", "run-a", "--train.learning-rate", "0.5"]) == 2
+    assert "train.learning_rate" in capsys.readouterr().err
+    assert main(["train", "--resume", "run-a", "--config", "x.json"]) == 2
+
+
+def test_sessions_listing(sessions, capsys):
+    assert main(["sessions"]) == 0
+    assert "no sessions" in capsys.readouterr().out
+    s = Session.create(sessions, RunConfig(run_id="run-a"))
+    s.append_metrics({"iteration": 1, "kind": "train", "rollout/score_mean": 12.5, "loss/policy": -0.25})
+    s.set_state({"iteration": 1})
+    assert main(["sessions"]) == 0
+    line = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("run-a")][0]
+    assert "trap/trap-light-bulb" in line and "score_mean=12.5" in line and "policy=-0.25" in line
+    assert main(["sessions", "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)
+    assert row["run_id"] == "run-a" and row["iteration"] == 1 and row["last_metrics"]["loss/policy"] == -0.25
+
+
+def test_tips_list_export_import_reembed(sessions, tmp_path, capsys):
+    from empo2_studio.memory import TipStore, make_embedder
+
+    cfg = RunConfig(run_id="run-a").with_overrides(memory={"embedder": "hash"})
+    a = Session.create(sessions, cfg)
+    assert main(["tips", "list", "--session", "run-a"]) == 0
+    assert "no tips yet" in capsys.readouterr().out
+    store = TipStore.open(a.tips_path, make_embedder("hash"), cfg.memory)
+    store.add_tip("trap-light-bulb", 0, "the switch is in the hall", score=50.0)
+    store.add_tip("trap-light-bulb", 1, "the bulb needs power", score=-10.0)
+    assert main(["tips", "list", "--session", "run-a", "--variation", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "the bulb needs power" in out and "hall" not in out and "trap-light-bulb#1" in out
+    dump = tmp_path / "tips.jsonl"
+    assert main(["tips", "export", "--session", "run-a", "--out", str(dump)]) == 0
+    assert len(dump.read_text().splitlines()) == 2
+    Session.create(sessions, RunConfig(run_id="run-b").with_overrides(memory={"embedder": "hash"}))
+    assert main(["tips", "import", "--session", "run-b", "--file", str(dump)]) == 0
+    assert "imported 2 tip(s), skipped 0" in capsys.readouterr().out
+    assert main(["tips", "import", "--session", "run-b", "--file", str(dump)]) == 0
+    assert "imported 0 tip(s), skipped 2" in capsys.readouterr().out
+    assert main(["tips", "import", "--session", "run-b", "--file", str(tmp_path / "missing.jsonl")]) == 2
+    assert main(["tips", "reembed", "--session", "run-b"]) == 0
+    assert "re-embedded 2 tip(s)" in capsys.readouterr().out
+
+
+def test_console_script_help_subprocess(tmp_path):
+    exe = Path(sys.executable).parent / "empo2-studio"
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "empo2_studio.cli"]
+    env = {**os.environ, "EMPO2_SESSIONS_DIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([*cmd, "train", "--help"], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0 and "--algo.dual-clip" in done.stdout
+    bad = subprocess.run([*cmd, "train", "--rollout.group-size", "1"], capture_output=True, text=True, env=env, timeout=120)
+    assert bad.returncode == 2 and "group_size" in bad.stderr and "Traceback" not in bad.stderr
