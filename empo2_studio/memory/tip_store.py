@@ -102,7 +102,7 @@ class TipStore:
         db = lancedb.connect(str(path), read_consistency_interval=timedelta(0))
         with FileLock(str(path / ".write.lock"), timeout=120):
             history = _read_history(path)
-            if TABLE not in db.table_names():
+            if not (path / f"{TABLE}.lance").is_dir():  # LanceDB keeps a local table in <name>.lance/
                 table = db.create_table(TABLE, schema=rec.tip_record_model(embedder.dim))
                 history = [{"name": embedder.name, "dim": embedder.dim, "from_version": table.version}]
                 _write_history(path, history)
