@@ -46,6 +46,7 @@ def launch(
     run_id: str = DEFAULT_RUN_ID,
     policy: str | Any | None = None,
     embedder: str | Any | None = None,
+    config: Any | None = None,
     block: bool = True,
     quiet: bool = False,
 ) -> tuple[Any, Studio]:
@@ -56,13 +57,15 @@ def launch(
         env: env of the default session when it is created ("trap" / "scienceworld"; default scienceworld).
         run_id: the session created or reopened at start.
         policy, embedder: "tiny"/"hash" for fast tests (see `Studio`); default the real ones.
+        config: RunConfig of the default session when it is created (None = the studio default).
         block: wait until interrupted (False returns at once; call `demo.close()` to stop).
     Returns:
         (demo, studio); `demo.local_url` is the page's address.
     """
     from empo2_studio.sessions import default_sessions_root
 
-    studio = Studio(sessions_dir or default_sessions_root(), env=env, policy=policy, embedder=embedder, run_id=run_id)
+    studio = Studio(sessions_dir or default_sessions_root(), env=env, policy=policy, embedder=embedder, run_id=run_id,
+                    config=config)
     studio.prepare_model()
     demo = build_app(studio)
     demo.queue(default_concurrency_limit=4)

@@ -77,13 +77,24 @@ def metrics_figure(rows: Sequence[Mapping[str, object]], keys: Sequence[str], ti
     return _layout(fig, title, "iteration", "")
 
 
+MODE_NAMES = ("on-policy", "on-policy-with-tips", "off-policy")
+"""`rollout/update_mode` codes of the trainer's metrics rows: 0, 1, 2."""
+
+
+def _mode_of(row: Mapping[str, object]) -> str:
+    code = row.get("rollout/update_mode")
+    if _is_number(code) and 0 <= int(code) < len(MODE_NAMES):
+        return MODE_NAMES[int(code)]
+    return "other"
+
+
 def score_by_mode_figure(rows: Sequence[Mapping[str, object]], score_key: str = "rollout/score_mean") -> go.Figure:
-    """Mean rollout score per iteration, coloured by the iteration's update mode (row["update_mode"])."""
+    """Mean rollout score per iteration, one colour per update mode (`rollout/update_mode` code)."""
     fig = go.Figure()
     by_mode: dict[str, list[tuple[float, float]]] = {}
     for i, r in enumerate(rows):
         if _is_number(r.get(score_key)):
-            by_mode.setdefault(str(r.get("update_mode") or "eval"), []).append((_x(r, i), float(r[score_key])))
+            by_mode.setdefault(_mode_of(r), []).append((_x(r, i), float(r[score_key])))
     for mode, pts in by_mode.items():
         fig.add_trace(
             go.Scatter(
@@ -95,14 +106,16 @@ def score_by_mode_figure(rows: Sequence[Mapping[str, object]], score_key: str = 
 
 
 def train_figures(rows: Sequence[Mapping[str, object]], score_key: str = "rollout/score_mean") -> list[go.Figure]:
-    """The Train tab's panels: score by mode, then one figure per `TRAIN_PANELS` entry."""
+    """The Train tab's panels: score by mode, then one figure per `TRAIN_PANELS` entry (training and
+    distillation rows only; evaluation/adaptation rows share the file but not these charts)."""
+    rows = [r for r in rows if r.get("kind", "train") in ("train", "distill")]
     figs = [score_by_mode_figure(rows, score_key)]
     for title, prefixes in TRAIN_PANELS.items():
         figs.append(metrics_figure(rows, metric_keys(rows, prefixes), title))
     return figs
 
 
-def adapt_figure(trials: Sequence[Mapping[str, float]], score_key: str = "score") -> go.Figure:
+def adapt_figure(trials: Sequence[Mapping[str, float]], score_key: str = "adapt/score_mean") -> go.Figure:
     """Score per adaptation trial; trial 0 is the no-memory baseline, drawn as a dashed line."""
     fig = go.Figure()
     xs = list(range(len(trials)))

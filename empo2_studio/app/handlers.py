@@ -144,7 +144,8 @@ def saved_pairs(studio: Any, run_id: str) -> list[tuple[str, str]]:
     for gid, eps in sorted(pairs.items(), key=lambda kv: -kv[1][0].created_at):
         by = {e.rollout_mode: e for e in eps}
         n, m = by.get("naive"), by.get("memory")
-        label = f"{eps[0].task} v{eps[0].variation} seed {eps[0].seed} · naive {n.score if n else '–':g} · memory {m.score if m else '–':g}"
+        scores = [f"{side} {ep.score:g}" if ep else f"{side} –" for side, ep in (("naive", n), ("memory", m))]
+        label = f"{eps[0].task} v{eps[0].variation} seed {eps[0].seed} · " + " · ".join(scores)
         out.append((label, gid))
     return out
 
@@ -217,6 +218,7 @@ def start_training(studio: Any, run_id: str, *values: Any) -> tuple[str, str, st
         raise ValueError("a training job is already running; stop it first")
     session = studio.session(run_id)
     cfg = config_from_form(session.config, values)
+    studio.check_compatible(cfg)
     if not _same_run(cfg, session.config):
         session = studio.create_session(_new_run(cfg, run_id))
         run_id = session.dir.name

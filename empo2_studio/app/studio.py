@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import tempfile
 import threading
 import time
 from dataclasses import replace
@@ -43,6 +44,7 @@ class Studio:
         policy: str | Any | None = None,
         embedder: str | Any | None = None,
         run_id: str = DEFAULT_RUN_ID,
+        config: RunConfig | None = None,
     ) -> None:
         """
         Args:
@@ -54,6 +56,7 @@ class Studio:
             embedder: "minilm", "hash" or a ready `Embedder`; None reads `EMPO2_STUDIO_TEST_EMBEDDER`,
                 else the session config's embedder.
             run_id: the default session to create or reopen.
+            config: config of the default session when it is created (None = `default_config`).
         Raises:
             ValueError: unknown env / policy / embedder name.
         """
@@ -74,6 +77,7 @@ class Studio:
         self._embedder_spec = embedder
         self._policy: Any = None if isinstance(policy, str) else policy
         self._embedder: Any = None if isinstance(embedder, str) or embedder is None else embedder
+        self._fresh_adapter: Path | None = None
         self.jobs = JobRegistry()
         self._lock = threading.RLock()
         self._load_lock = threading.Lock()
@@ -81,6 +85,7 @@ class Studio:
         self._stores: dict[str, Any] = {}
         self._trainers: dict[str, Any] = {}
         self._meta_envs: dict[str, Any] = {}
+        self._config = config
         self.loaded_adapter: str | None = None
         """Which adapter the shared policy holds now: None (fresh/base), or "run_id:iteration"."""
         self.default_run_id = self.open_or_create(run_id).dir.name
@@ -106,7 +111,8 @@ class Studio:
             if (self.root / run_id / "config.json").exists():
                 session = Session.open(self.root, run_id)
             else:
-                session = Session.create(self.root, self.default_config(run_id))
+                cfg = replace(self._config, run_id=run_id) if self._config is not None else self.default_config(run_id)
+                session = Session.create(self.root, cfg)
             self._sessions[session.dir.name] = session
             return session
 
@@ -154,10 +160,15 @@ class Studio:
     def policy(self) -> Any:
         """The shared policy (loaded on first use; the first conversion of the embedded model takes
         about half a minute). Callers that sample or train must hold `jobs.model_lock`."""
-        if self._policy is None:
+        if self._policy is None or self._fresh_adapter is None:
             with self._load_lock:
                 if self._policy is None:
                     self._policy = self._load_policy()
+                if self._fresh_adapter is None:
+                    # A copy of the untrained adapter: new sessions start from it (see `trainer`).
+                    fresh = Path(tempfile.mkdtemp(prefix="empo2-fresh-adapter-"))
+                    self._policy.save_adapter(str(fresh))
+                    self._fresh_adapter = fresh
         return self._policy
 
     def _load_policy(self) -> Any:
@@ -211,39 +222,58 @@ class Studio:
         """Close the envs this studio opened (the JVM of ScienceWorld)."""
         with self._lock:
             for env in self._meta_envs.values():
-                env.close()
+                for e in env if isinstance(env, list) else [env]:
+                    e.close()
             self._meta_envs.clear()
+            for trainer in self._trainers.values():
+                trainer.close()
 
     # ---- model-side helpers used by the job bodies (call with jobs.model_lock held) --------------
-    def episode_envs(self, name: str) -> list[Any]:
-        """Two env instances of `name` for side-by-side episodes (kept open and reused)."""
+    def episode_envs(self, run_id: str, name: str) -> list[Any]:
+        """Two env instances of `name` for side-by-side episodes (kept open and reused); the session's
+        env settings (step limit, simplification) apply when it uses the same env."""
+        cfg = self.session(run_id).config.env
+        env_cfg = replace(cfg, variations=()) if cfg.name == name else EnvConfig(name=name)
         with self._lock:
-            key = f"episodes:{name}"
+            key = f"episodes:{env_cfg}"
             if key not in self._meta_envs:
                 from empo2_studio.envs import make_env
 
-                self._meta_envs[key] = [make_env(EnvConfig(name=name)) for _ in range(2)]
+                self._meta_envs[key] = [make_env(env_cfg) for _ in range(2)]
             return self._meta_envs[key]
 
     def trainer(self, run_id: str) -> Any:
-        """The session's Trainer on the shared policy (resumed from its latest checkpoint if any)."""
+        """The session's Trainer on the shared policy (resumed from its latest checkpoint if any).
+
+        A session without a checkpoint starts from the fresh adapter saved when the model was loaded,
+        so it never inherits another session's weights.
+        """
         with self._lock:
-            if run_id in self._trainers:
-                trainer = self._trainers[run_id]
-                if self.loaded_adapter == f"{run_id}:trainer":
-                    return trainer
+            current = self._trainers.get(run_id)
+            if current is not None and self.loaded_adapter == f"{run_id}:trainer":
+                return current
+            if current is not None:
+                self._trainers.pop(run_id).close()
             from empo2_studio.trainer import Trainer
 
             session = self.session(run_id)
+            self.check_compatible(session.config)
             kw = {"policy": self.policy(), "embedder": self.embedder()}
             if session.latest_checkpoint() is not None:
                 trainer = Trainer.resume(session, **kw)
             else:
+                if self.loaded_adapter is not None:
+                    self.policy().load_adapter(str(self._fresh_adapter))
                 trainer = Trainer(session.config, session, **kw)
             self._stores.pop(run_id, None)  # one store per session: from now on the trainer's
             self._trainers[run_id] = trainer
             self.loaded_adapter = f"{run_id}:trainer"
             return trainer
+
+    def check_compatible(self, cfg: RunConfig) -> None:
+        """Raise ValueError when `cfg` needs another base model / LoRA shape / embedder than the
+        one this process loaded (they are fixed per studio process)."""
+        self.session(self.default_run_id).check_compatible(cfg)
 
     def use_checkpoint(self, run_id: str, checkpoint: str | None) -> None:
         """Put the weights an episode should play with into the shared policy.
@@ -265,6 +295,7 @@ class Studio:
             if self.loaded_adapter and self.loaded_adapter.endswith(":trainer") and owner in self._trainers:
                 stale = self._trainers.pop(owner)
                 stale.save_checkpoint()
+                stale.close()
                 self._stores[owner] = stale.store  # keep one store handle per session
             self.policy().load_adapter(checkpoint)
             self.loaded_adapter = f"{run_id}:{checkpoint}"
@@ -284,3 +315,7 @@ class Studio:
         import torch
 
         torch.manual_seed(int(seed))
+
+    def current_trainer(self, run_id: str) -> Any | None:
+        """The session's live trainer, if one is built."""
+        return self._trainers.get(run_id)

@@ -39,7 +39,7 @@ def side_by_side(
     policy = studio.policy()
     studio.use_checkpoint(run_id, checkpoint)
     store = studio.store(run_id)
-    envs = studio.episode_envs(env_name)
+    envs = studio.episode_envs(run_id, env_name)
     limit = envs[0].step_limit(task)
     studio.seed(seed)
 
@@ -96,18 +96,21 @@ def distill(studio: Any, job: Job, *, run_id: str, episode_ids: list[str]) -> An
 
 
 def adapt(studio: Any, job: Job, *, run_id: str, checkpoint: str | None, task: str, trials: int) -> list[dict]:
-    """K trials on an unseen task with frozen weights; records the adapter checksum before/after.
+    """Trial 0 without memory, then `trials` memory trials on an unseen task with frozen weights;
+    records the adapter checksum before and after (equal = weights untouched).
 
-    `job.data`: "trials" → list of per-trial metric dicts; "checksum_before"/"checksum_after".
+    `job.data`: "trials" → the per-trial rows (`adapt/trial`, `adapt/score_mean`, …);
+    "checksum_before"/"checksum_after". A stop request ends the run at the next trial boundary.
     """
     trainer = studio.trainer(run_id)
-    studio.use_checkpoint(run_id, checkpoint)
+    studio.use_checkpoint(run_id, checkpoint)  # may retire `trainer` (saved first); it still plays
     before = studio.adapter_checksum()
-    job.update(checksum_before=before, message=f"trial 0 of {trials} (no memory baseline)")
+    job.update(checksum_before=before, message=f"trial 0 of {trials} (no-memory baseline)")
 
-    def on_trial(index: int, metrics: dict) -> None:
-        job.append("trials", dict(metrics))
-        job.update(progress=(index + 1) / trials, message=f"trial {index + 1} of {trials} done")
+    def on_trial(row: dict) -> None:
+        job.append("trials", dict(row))
+        done = len(job.data["trials"])
+        job.update(progress=done / (trials + 1), message=f"trial {done - 1} of {trials} done")
         if job.stop_requested:
             raise _Stopped()
 
@@ -116,8 +119,10 @@ def adapt(studio: Any, job: Job, *, run_id: str, checkpoint: str | None, task: s
     except _Stopped:
         result = job.snapshot().get("trials", [])
     after = studio.adapter_checksum()
-    job.update(checksum_after=after,
-               message=("weights untouched" if after == before else "WEIGHTS CHANGED") + f" · checksum {after[:12]}")
+    if studio.current_trainer(run_id) is not trainer:
+        trainer.close()  # retired by use_checkpoint: release the envs it reopened
+    verdict = "weights untouched" if after == before else "WEIGHTS CHANGED"
+    job.update(checksum_after=after, message=f"{verdict} · adapter checksum {after[:12]}")
     return result
 
 
