@@ -1,0 +1,75 @@
+"""Reflection: conversation building (tips appended raw), cleaning to one line ≤ 100 words, fallback."""
+
+from __future__ import annotations
+
+import pytest
+
+from empo2_studio.memory.reflection import FALLBACK_PREFIX, TIP_INSTRUCTION, clean_tip, episode_turns, write_tips
+from empo2_studio.policy import Turn
+from empo2_studio.types import ActionSample, Episode, RetrievedTip, Step
+
+
+def _step(i, action, tips=()):
+    return Step(index=i, user_message=f"user {i}", tips=tips, valid_actions=(action, "wait"),
+                sample=ActionSample(text=action, token_ids=(10 + i, 20 + i), logprobs=(-0.5, -0.1)),
+                action=action, corrected=False, reward=0.0, score=0.0, observation="")
+
+
+def _episode(score=25.0, tips=True):
+    t = (RetrievedTip("a", "tip one", 50.0, 0.9), RetrievedTip("b", "tip two", 10.0, 0.7)) if tips else ()
+    steps = (_step(0, "look around"), _step(1, "open door", t), _step(2, "go kitchen"))
+    return Episode(episode_id="e", env="trap", task="t", variation=0, split="train", rollout_mode="memory",
+                   update_mode="off-policy", decoding="constrained", temperature=1.0, seed=0, steps=steps,
+                   score=score, won=False)
+
+
+class FakeTipWriter:
+    """Test double for `Policy.write_tips`: records its inputs, returns canned replies."""
+
+    def __init__(self, replies):
+        self.replies, self.calls = replies, []
+
+    def write_tips(self, conversations, instruction):
+        self.calls.append((conversations, instruction))
+        return list(self.replies)
+
+
+def test_turns_append_tip_texts_raw_and_keep_token_ids():
+    turns = episode_turns(_episode())
+    assert turns == (
+        Turn("user 0", (10, 20), ("look around", "wait")),
+        Turn("user 1\n\ntip one\ntip two", (11, 21), ("open door", "wait")),
+        Turn("user 2", (12, 22), ("go kitchen", "wait")),
+    )
+
+
+def test_write_tips_one_batched_call_and_cleaning():
+    policy = FakeTipWriter(["Tip: \"The door is locked; find a key.\"\nextra line", "  \n\n  "])
+    tips = write_tips(policy, [_episode(), _episode(score=-100.0, tips=False)])
+    assert len(policy.calls) == 1
+    conversations, instruction = policy.calls[0]
+    assert instruction == TIP_INSTRUCTION and len(conversations) == 2
+    assert tips[0] == "The door is locked; find a key."
+    assert tips[1] == (f"{FALLBACK_PREFIX} The episode ended with score -100.0/100 after 3 steps; "
+                       "last actions: look around; open door; go kitchen.")
+
+
+def test_clean_tip_caps_words_and_squeezes_whitespace():
+    ep = _episode()
+    long = " ".join(f"w{i}" for i in range(150))
+    assert clean_tip(long, ep).split() == [f"w{i}" for i in range(100)]
+    assert clean_tip("  a \t b   c  ", ep) == "a b c"
+    assert clean_tip("...", ep).startswith(FALLBACK_PREFIX)
+    assert clean_tip(None, ep).startswith(FALLBACK_PREFIX)
+
+
+def test_write_tips_count_mismatch_and_empty():
+    with pytest.raises(ValueError, match="returned 1 tips for 2 episodes"):
+        write_tips(FakeTipWriter(["only one"]), [_episode(), _episode()])
+    assert write_tips(FakeTipWriter([]), []) == []
+
+
+def test_instruction_asks_for_the_paper_contents():
+    text = TIP_INSTRUCTION.lower()
+    for word in ("thank", "ended", "summarise", "found out", "how far", "single line", "100 words"):
+        assert word in text
