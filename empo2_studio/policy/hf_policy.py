@@ -23,6 +23,7 @@ from empo2_studio.policy.tokens import ActionTrie, ChatFormat
 from empo2_studio.types import ActionSample
 
 DECODINGS = ("free", "constrained")
+_NEWLINE_CACHE: dict[tuple[str, int], tuple[frozenset[int], frozenset[int]]] = {}
 
 
 class HFPolicy:
@@ -107,6 +108,11 @@ class HFPolicy:
         """Drop the KV cache kept for episode `key` (call when the episode ends)."""
         self.sampler.forget(key)
 
+    def clear_cache(self) -> None:
+        """Drop every episode's KV cache (the caches hold keys/values of the current weights:
+        call after an optimizer step if an episode continues across it)."""
+        self.sampler.states.clear()
+
     def _check_requests(self, requests: Sequence[ActionRequest], temperature: float) -> None:
         if not requests:
             raise ValueError("sample() needs at least one ActionRequest, got an empty batch")
@@ -126,11 +132,14 @@ class HFPolicy:
     def _newline_ids(self) -> tuple[frozenset[int], frozenset[int]]:
         """(tokens containing a newline, whitespace-only tokens), computed once for free decoding."""
         if self._newline is None:
-            texts = self.tokenizer.batch_decode([[i] for i in range(len(self.tokenizer))])
-            self._newline = (
-                frozenset(i for i, t in enumerate(texts) if "\n" in t),
-                frozenset(i for i, t in enumerate(texts) if not t.strip()),
-            )
+            key = (self.tokenizer.name_or_path, len(self.tokenizer))
+            if key not in _NEWLINE_CACHE:
+                texts = self.tokenizer.batch_decode([[i] for i in range(len(self.tokenizer))])
+                _NEWLINE_CACHE[key] = (
+                    frozenset(i for i, t in enumerate(texts) if "\n" in t),
+                    frozenset(i for i, t in enumerate(texts) if not t.strip()),
+                )
+            self._newline = _NEWLINE_CACHE[key]
         return self._newline
 
     # ---------------------------------------------------------------- scoring

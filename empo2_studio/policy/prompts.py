@@ -1,0 +1,107 @@
+"""The agent's chat, as text (../shared/method.md §3 "Action format / prompt"; paper App. B).
+
+Step 0's user message holds the instructions, the few-shot example runs, the task, the allowed action
+formats, the `look around` hint, the items that may be focused on, the inventory and the first
+observation. Every later step's user message is the new observation. Each step's user message ends
+with the same instruction: explore when unsure, answer with exactly one action on one line. The past
+steps stay in the chat as user/assistant turns (full history, recipe `max_history: -1`).
+
+In memory rollouts the retrieved tips are appended to the step's user message as a `<tip>` block
+(`with_tips`); the tip-free variant is the same message without it (paper §4.2, off-policy update).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Sequence
+
+from empo2_studio.types import Observation, RetrievedTip
+
+INTRO = (
+    "You are an agent in a text world. You act by writing commands; the world answers with what "
+    "happens. Here are runs of similar experiments that were done successfully:"
+)
+FINAL_INSTRUCTION = (
+    "When you are not sure what to do, try an action you have not tried yet to explore. "
+    "Reply with exactly one action, on one line, in one of the allowed formats, and nothing else."
+)
+LOOK_HINT = 'When you arrive in a new place, use "look around" to see what is there.'
+TIPS_HEADER = "Notes you wrote during your earlier attempts at this task:"
+
+_DEFAULT_FORMATS = ("look around", "go to LOC", "open OBJ", "pick up OBJ", "focus on OBJ", "move OBJ to OBJ")
+_FOCUS = re.compile(r"focus on (?:the |a |an )?(.+?)(?=[.,;:!?]|\s+(?:and|then)\s|$)", re.IGNORECASE)
+
+
+def action_formats(env_name: str) -> tuple[str, ...]:
+    """The allowed action formats of `env_name` (from `envs.ACTION_FORMATS`); a short generic list
+    when the environment does not declare any."""
+    try:
+        from empo2_studio.envs import ACTION_FORMATS
+    except ImportError:
+        return _DEFAULT_FORMATS
+    return tuple(ACTION_FORMATS.get(env_name, _DEFAULT_FORMATS))
+
+
+def focus_items(task_description: str) -> tuple[str, ...]:
+    """The objects the task says to focus on, in order, without duplicates.
+
+    >>> focus_items("Your task is to find the red bulb. First, focus on the red bulb. Then, pick it up.")
+    ('red bulb',)
+    """
+    seen: dict[str, None] = {}
+    for m in _FOCUS.finditer(task_description):
+        seen.setdefault(m.group(1).strip(), None)
+    return tuple(k for k in seen if k)
+
+
+def _examples_block(fewshot: Sequence[str]) -> str:
+    if not fewshot:
+        return ""
+    runs = [f"Example {i}:\n{text.strip()}" for i, text in enumerate(fewshot, 1)]
+    return INTRO + "\n\n" + "\n\n".join(runs) + "\n\n"
+
+
+def first_user_message(env_name: str, obs: Observation, fewshot: Sequence[str]) -> str:
+    """Step 0's user message: instructions, few-shot runs, task, formats, hints, inventory, observation."""
+    items = focus_items(obs.task_description)
+    lines = [
+        f"Your task: {obs.task_description}",
+        "Allowed action formats (OBJ is an object, LOC a place): " + ", ".join(action_formats(env_name)) + ".",
+        LOOK_HINT,
+    ]
+    if items:
+        lines.append(
+            "The only things you may focus on are: " + ", ".join(items) + ". Focusing on anything "
+            "else, such as a container, ends the task as failed."
+        )
+    lines.append(f"Inventory: {obs.inventory.strip() or '(empty)'}")
+    lines.append(f"Observation: {obs.text.strip()}")
+    return _examples_block(fewshot) + "\n".join(lines) + "\n\n" + FINAL_INSTRUCTION
+
+
+def step_user_message(obs: Observation) -> str:
+    """The user message of a later step: the new observation and the one-action instruction."""
+    return f"Observation: {obs.text.strip()}\n\n{FINAL_INSTRUCTION}"
+
+
+def tips_block(tips: Sequence[RetrievedTip]) -> str:
+    """The `<tip>` block for retrieved tips ("" when there are none)."""
+    if not tips:
+        return ""
+    return "\n\n<tip> " + TIPS_HEADER + "\n" + "\n".join(t.text.strip() for t in tips) + "\n</tip>\n\n"
+
+
+def with_tips(user_message: str, tips: Sequence[RetrievedTip]) -> str:
+    """`user_message` with the retrieved tips appended (unchanged when `tips` is empty)."""
+    return user_message + tips_block(tips)
+
+
+def conversation_text(turns: Sequence[tuple[str, str]]) -> str:
+    """The conversation as one string, the memory key text (paper §2): "user: … assistant: …" per
+    turn, joined by spaces; a turn whose action is "" (not yet answered) contributes its user part only."""
+    parts = []
+    for user, assistant in turns:
+        parts.append(f"user: {user}")
+        if assistant:
+            parts.append(f"assistant: {assistant}")
+    return " ".join(parts)

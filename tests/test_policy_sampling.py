@@ -1,0 +1,99 @@
+"""Batched, cached sampling on the tiny policy: behaviour log-probs equal a re-score (ratio 1)."""
+
+import pytest
+import torch
+
+from empo2_studio.policy import ActionRequest, Turn, build_tiny_policy
+
+torch.set_num_threads(1)  # the CI machine has 2 shared cores
+
+VALID = ("go to kitchen", "go to hallway", "look around", "open door", "pick up red bulb", "pick up blue bulb")
+FIRST = "Your task: turn on the red bulb.\nObservation: You are in the hallway."
+
+
+def _play(policy, keys, steps, temperature=1.0):
+    """Lock-step episodes; returns per key the list of answered turns."""
+    convs = {k: [] for k in keys}
+    for t in range(steps):
+        reqs = [
+            ActionRequest(k, tuple(convs[k]) + (Turn(FIRST if t == 0 else f"Observation {t} of {k}.", None, VALID),))
+            for k in keys
+        ]
+        for k, req, s in zip(keys, reqs, policy.sample(reqs, temperature=temperature)):
+            assert len(s.logprobs) == len(s.token_ids)
+            convs[k].append(Turn(req.turns[-1].user_text, s.token_ids, VALID))
+            convs.setdefault("_samples_" + k, []).append(s)
+    return convs
+
+
+@pytest.mark.parametrize("decoding", ["constrained", "free"])
+def test_behaviour_logprobs_equal_rescore(decoding):
+    policy = build_tiny_policy(decoding, seed=4, max_action_tokens=6)
+    keys = ["a", "b", "c"]
+    convs = _play(policy, keys, 3)
+    with torch.no_grad():
+        scored = policy.score([convs[k] for k in keys])
+    for k, per_turn in zip(keys, scored):
+        for s, lp in zip(convs["_samples_" + k], per_turn):
+            behaviour = torch.tensor(s.logprobs)
+            ratio = torch.exp(lp - behaviour)
+            torch.testing.assert_close(ratio, torch.ones_like(ratio), atol=1e-5, rtol=0)
+
+
+def test_constrained_samples_are_valid_actions_ending_with_end_of_turn():
+    policy = build_tiny_policy("constrained", seed=5)
+    reqs = [ActionRequest(str(i), (Turn(FIRST, None, VALID),)) for i in range(12)]
+    samples = policy.sample(reqs, temperature=1.5)
+    eot = policy.chat_format.eot_id
+    for s in samples:
+        assert s.text in VALID
+        assert s.token_ids[-1] == eot
+        assert list(s.token_ids) == list(policy.chat_format.encode(s.text)) + [eot]
+    assert len({s.text for s in samples}) > 1  # random weights at T=1.5 do not always pick one action
+
+
+def test_free_samples_stop_at_end_of_line_or_limit():
+    policy = build_tiny_policy("free", seed=6, max_action_tokens=5)
+    samples = policy.sample([ActionRequest(str(i), (Turn(FIRST, None, VALID),)) for i in range(6)], temperature=1.0)
+    newline, _ = policy._newline_ids()
+    for s in samples:
+        assert 1 <= len(s.token_ids) <= 5
+        assert all(t not in newline for t in s.token_ids[:-1])
+        assert "\n" not in s.text
+
+
+def test_cache_processes_only_new_tokens_and_matches_uncached_greedy():
+    policy = build_tiny_policy("free", seed=7, max_action_tokens=4)
+    fresh = build_tiny_policy("free", seed=7, max_action_tokens=4)
+    first = (Turn(FIRST, None, VALID),)
+    prompt = policy.prompt_ids(first)
+    s0 = policy.sample([ActionRequest("a", first), ActionRequest("b", first)], temperature=0)
+    # shared prefix once (n-1 tokens), then 1 token each, then one token per decoding step after the first
+    decode_feeds = sum(len(s.token_ids) - 1 for s in s0)
+    assert policy.sampler.tokens_processed == len(prompt) + 1 + decode_feeds
+    turns = (Turn(FIRST, s0[0].token_ids, VALID), Turn("Observation 1.", None, VALID))
+    before = policy.sampler.tokens_processed
+    fed_for_a = len(policy.sampler.states["a"].ids)
+    s1 = policy.sample([ActionRequest("a", turns)], temperature=0)[0]
+    assert policy.sampler.tokens_processed - before == len(policy.prompt_ids(turns)) - fed_for_a + len(s1.token_ids) - 1
+    ref = fresh.sample([ActionRequest("z", turns)], temperature=0)[0]
+    assert ref.token_ids == s1.token_ids
+    torch.testing.assert_close(torch.tensor(ref.logprobs), torch.tensor(s1.logprobs), atol=1e-5, rtol=0)
+
+
+def test_forget_drops_the_cache(tiny_policy):
+    tiny_policy.sample([ActionRequest("a", (Turn(FIRST, None, VALID),))], temperature=1.0)
+    assert "a" in tiny_policy.sampler.states
+    tiny_policy.forget("a")
+    tiny_policy.forget("never-seen")
+    assert "a" not in tiny_policy.sampler.states
+
+
+def test_write_tips_returns_one_text_per_conversation():
+    policy = build_tiny_policy("constrained", seed=8, max_tip_tokens=5)
+    fmt = policy.chat_format
+    conv = [Turn(FIRST, fmt.encode("look around") + (fmt.eot_id,), VALID)]
+    tips = policy.write_tips([conv, conv + conv], "Summarise the episode in one line.")
+    assert len(tips) == 2 and all(isinstance(t, str) for t in tips)
+    again = policy.write_tips([conv], "Summarise the episode in one line.")
+    assert again[0] == tips[0]  # greedy and left padding do not change the text

@@ -1,0 +1,70 @@
+"""Prompt rendering: exact strings for the agent's chat (method.md §3)."""
+
+from empo2_studio.policy import prompts
+from empo2_studio.policy.prompts import (
+    FINAL_INSTRUCTION,
+    conversation_text,
+    first_user_message,
+    focus_items,
+    step_user_message,
+    with_tips,
+)
+from empo2_studio.types import Observation, RetrievedTip
+
+OBS = Observation(
+    text="You are in the hallway. You see a door to the kitchen.",
+    task="trap-light-bulb",
+    variation=0,
+    task_description="Your task is to turn on the red light bulb. First, focus on the red light bulb. Then, turn it on.",
+    valid_actions=("go to kitchen", "look around"),
+    inventory="",
+)
+
+
+def test_focus_items_extracts_objects_in_order_without_duplicates():
+    desc = "Your task is to find a(n) animal. First, focus on the thing and then focus on a frog; focus on the thing."
+    assert focus_items(desc) == ("thing", "frog")
+    assert focus_items("Your task is to boil water.") == ()
+
+
+def test_first_user_message_exact():
+    msg = first_user_message("trap", OBS, ("look around\nYou see a lamp.", "go to kitchen"))
+    expected = (
+        prompts.INTRO
+        + "\n\nExample 1:\nlook around\nYou see a lamp.\n\nExample 2:\ngo to kitchen\n\n"
+        + "Your task: Your task is to turn on the red light bulb. First, focus on the red light bulb. Then, turn it on.\n"
+        + "Allowed action formats (OBJ is an object, LOC a place): look around, go to ROOM, focus on OBJ, "
+        + "turn on OBJ, pick up OBJ, water OBJ.\n"
+        + 'When you arrive in a new place, use "look around" to see what is there.\n'
+        + "The only things you may focus on are: red light bulb. Focusing on anything else, such as a "
+        + "container, ends the task as failed.\n"
+        + "Inventory: (empty)\n"
+        + "Observation: You are in the hallway. You see a door to the kitchen.\n\n"
+        + FINAL_INSTRUCTION
+    )
+    assert msg == expected
+
+
+def test_first_user_message_without_fewshot_starts_with_task():
+    assert first_user_message("trap", OBS, ()).startswith("Your task: Your task is to turn on")
+
+
+def test_step_user_message_exact():
+    assert step_user_message(OBS) == (
+        "Observation: You are in the hallway. You see a door to the kitchen.\n\n" + FINAL_INSTRUCTION
+    )
+
+
+def test_with_tips_appends_block_and_is_identity_without_tips():
+    tips = [RetrievedTip("a", "bulb is in the workshop", 80.0, 0.9), RetrievedTip("b", "hallway is empty ", 10.0, 0.7)]
+    assert with_tips("hello", tips) == (
+        "hello\n\n<tip> Notes you wrote during your earlier attempts at this task:\n"
+        "bulb is in the workshop\nhallway is empty\n</tip>\n\n"
+    )
+    assert with_tips("hello", []) == "hello"
+
+
+def test_conversation_text():
+    assert conversation_text([("hi", "look around"), ("dark room", "")]) == (
+        "user: hi assistant: look around user: dark room"
+    )
