@@ -1,0 +1,286 @@
+"""The studio's handlers as plain functions: trap env, tiny random policy, hash embedder, tmp sessions."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import gradio as gr
+import pandas as pd
+import pytest
+
+from empo2_studio.app import charts, handlers as h, render, sessions_tab as st, tips_handlers as th
+from empo2_studio.app.jobs import JobRegistry, readable_error
+from empo2_studio.app.studio import Studio
+from empo2_studio.config import EnvConfig, MemoryConfig, RolloutConfig, RunConfig, TrainConfig
+from empo2_studio.types import ActionSample, RetrievedTip, Step
+
+RUN = "studio"
+TASK = "trap-light-bulb"
+
+
+def small_cfg() -> RunConfig:
+    return RunConfig(
+        env=EnvConfig(name="trap", task=TASK, variations=(0, 1), step_limit=3),
+        memory=MemoryConfig(embedder="hash", similarity_threshold=-1.0),
+        rollout=RolloutConfig(group_size=2),
+        train=TrainConfig(iterations=1, learning_rate=1e-2, checkpoint_every=1),
+    )
+
+
+@pytest.fixture(scope="module")
+def studio(tmp_path_factory):
+    import torch
+
+    torch.set_num_threads(1)
+    s = Studio(tmp_path_factory.mktemp("sessions"), env="trap", policy="tiny", embedder="hash", config=small_cfg())
+    yield s
+    s.close()
+
+
+def _step(i: int, *, corrected: bool = False, tips=()) -> Step:
+    return Step(index=i, user_message="u", tips=tuple(tips), valid_actions=("look",),
+                sample=ActionSample("lok <b>", (1,), (-0.1,)), action="look", corrected=corrected,
+                reward=5.0, score=5.0 * (i + 1), observation="You see <a lamp>.")  # fmt: skip
+
+
+# ---- jobs ------------------------------------------------------------------------------------------
+def test_job_reports_progress_and_result():
+    reg = JobRegistry()
+    job = reg.start("demo", lambda j: (j.update(progress=0.5, message="half"), 42)[1], uses_model=False)
+    reg.wait(job.job_id, 5)
+    assert (job.status, job.result, job.progress) == ("done", 42, 1.0)
+
+
+def test_job_failure_is_one_readable_line():
+    reg = JobRegistry()
+
+    def boom(j):
+        raise ValueError("variation 99 not in train split; valid: 0…23")
+
+    job = reg.wait(reg.start("demo", boom).job_id, 5)
+    assert job.status == "failed"
+    assert job.error == "variation 99 not in train split; valid: 0…23"
+    assert "Traceback" not in h.job_status_html(job)
+    assert readable_error(ZeroDivisionError("division by zero")) == "ZeroDivisionError: division by zero"
+
+
+def test_stop_takes_effect_between_steps():
+    reg = JobRegistry()
+    steps = []
+
+    def loop(j):
+        for i in range(1000):
+            if j.stop_requested:
+                return i
+            steps.append(i)
+            time.sleep(0.01)
+
+    job = reg.start("demo", loop)
+    time.sleep(0.05)
+    assert reg.stop(job.job_id)
+    reg.wait(job.job_id, 5)
+    assert job.status == "stopped"
+    assert job.result == len(steps) < 1000
+    assert not reg.stop(job.job_id)  # already finished
+
+
+def test_model_jobs_are_serialised():
+    reg = JobRegistry()
+    inside, overlap = [0], []
+    lock = threading.Lock()
+
+    def work(j):
+        with lock:
+            inside[0] += 1
+            overlap.append(inside[0])
+        time.sleep(0.05)
+        with lock:
+            inside[0] -= 1
+
+    jobs = [reg.start("demo", work) for _ in range(3)]
+    for j in jobs:
+        reg.wait(j.job_id, 5)
+    assert overlap == [1, 1, 1]
+
+
+# ---- charts and rendering --------------------------------------------------------------------------
+def test_episode_chart_has_one_line_per_side():
+    fig = charts.episode_scores_figure({"naive": [0, 10], "memory": [5, 25, 50]})
+    assert [(t.name, list(t.x), list(t.y)) for t in fig.data] == [
+        ("naive", [1, 2], [0, 10]), ("memory", [1, 2, 3], [5, 25, 50])]
+
+
+def test_score_chart_groups_by_update_mode_code_and_skips_adapt_rows():
+    rows = [
+        {"iteration": 1, "kind": "train", "rollout/score_mean": 10.0, "rollout/update_mode": 0.0, "loss/policy": 0.5},
+        {"iteration": 2, "kind": "train", "rollout/score_mean": 30.0, "rollout/update_mode": 2.0, "loss/policy": 0.2},
+        {"iteration": 2, "kind": "adapt", "adapt/score_mean": 99.0, "rollout/score_mean": 99.0},
+    ]
+    score, losses, clip, mask, tips = charts.train_figures(rows)
+    assert {t.name: (list(t.x), list(t.y)) for t in score.data} == {
+        "on-policy": ([1.0], [10.0]), "off-policy": ([2.0], [30.0])}
+    assert [(t.name, list(t.y)) for t in losses.data] == [("loss/policy", [0.5, 0.2])]
+
+
+def test_adapt_chart_draws_trial0_baseline():
+    fig = charts.adapt_figure([{"adapt/score_mean": -20.0}, {"adapt/score_mean": 10.0}, {"adapt/score_mean": 30.0}])
+    assert list(fig.data[0].y) == [-20.0, 10.0, 30.0]
+    assert list(fig.data[1].y) == [-20.0, -20.0]
+
+
+def test_step_card_escapes_text_and_marks_correction():
+    tip = RetrievedTip("t1", "open <door>", 50.0, 0.8123)
+    html = render.step_html(_step(0, corrected=True, tips=[tip]), "memory")
+    assert "corrected" in html and "<code>lok &lt;b&gt;</code>" in html and "You see &lt;a lamp&gt;." in html
+    assert "0.81" in html and "open &lt;door&gt;" in html
+    assert "corrected" not in render.step_html(_step(1), "naive")
+
+
+# ---- episodes tab ----------------------------------------------------------------------------------
+def test_variations_are_labelled_with_their_split(studio):
+    update = h.task_changed(studio, "trap", TASK, "test")
+    variations = studio.meta_env("trap").variations(TASK, "test")
+    assert update.choices[0] == (f"{variations[0]} · test", variations[0])
+    with pytest.raises(gr.Error, match="split must be one of"):
+        h.task_changed(studio, "trap", TASK, "holdout")
+
+
+def test_bad_episode_input_is_a_readable_error(studio):
+    with pytest.raises(gr.Error, match="pick a variation"):
+        h.start_side_by_side(studio, RUN, "trap", TASK, None, "train", 0, 0.4, "current")
+    with pytest.raises(gr.Error, match="temperature must be in"):
+        h.start_side_by_side(studio, RUN, "trap", TASK, 0, "train", 0, 0.0, "current")
+
+
+def test_side_by_side_streams_both_columns_and_is_saved(studio):
+    job_id, _, _, seen = h.start_side_by_side(studio, RUN, "trap", TASK, 0, "train", 0, 1.0, "current")
+    job = studio.jobs.wait(job_id, 120)
+    assert job.status == "done", job.error
+    naive_html, memory_html, fig, status, timer, seen = h.poll_side_by_side(studio, job_id, seen)
+    naive, memory = job.result
+    assert naive_html.count('class="e2-step"') == len(naive.steps) >= 1
+    assert memory_html.count('class="e2-step"') == len(memory.steps) >= 1
+    assert [list(t.y) for t in fig.data] == [[s.score for s in naive.steps], [s.score for s in memory.steps]]
+    # nothing changed since: the next tick skips re-rendering
+    assert h.poll_side_by_side(studio, job_id, seen)[0] == gr.skip()
+    pairs = h.saved_pairs(studio, RUN)
+    assert naive.group_id in [gid for _, gid in pairs]
+    reopened = h.open_pair(studio, RUN, naive.group_id)
+    assert reopened[0].count('class="e2-step"') == len(naive.steps)
+
+
+# ---- tips tab --------------------------------------------------------------------------------------
+def test_tip_curation_round_trip(studio, tmp_path):
+    assert "added tip" in th.add_tip(studio, RUN, TASK, 7, "press the switch before looking", 40)
+    frame, _, status = th.list_tips(studio, RUN, TASK, "7", th.ALL, th.ALL, "")
+    assert list(frame["text"]) == ["press the switch before looking"] and "1 tip(s) shown" in status
+    tip_id = frame["id"][0]
+
+    edited = frame.copy()
+    edited.loc[0, "text"], edited.loc[0, "score"], edited.loc[0, "enabled"] = "flip the switch first", 80, False
+    shown, msg = th.apply_table_edits(studio, RUN, frame, edited)
+    assert msg == "saved 1 edit(s)"
+    tip = studio.store(RUN).get(tip_id)
+    assert (tip.text, tip.score, tip.enabled, tip.edited) == ("flip the switch first", 80.0, False, True)
+    assert shown.loc[0, "text"] == "flip the switch first"
+
+    bad = shown.astype(object)
+    bad.loc[0, "score"] = "lots"
+    kept, msg = th.apply_table_edits(studio, RUN, shown, bad)
+    assert msg.startswith("not saved") and studio.store(RUN).get(tip_id).score == 80.0
+
+    assert th.set_enabled(studio, RUN, [tip_id], True) == "enabled 1 tip(s)"
+    found, _, _ = th.search_tips(studio, RUN, "flip the switch first", th.ALL)
+    assert found["id"][0] == tip_id and float(found["similarity"][0]) == pytest.approx(1.0, abs=1e-3)
+
+    path, msg = th.export_tips(studio, RUN)
+    assert "exported" in msg
+    before_delete = studio.store(RUN).version
+    th.confirm_delete(studio, RUN, [tip_id])
+    with pytest.raises(KeyError):
+        studio.store(RUN).get(tip_id)
+    assert th.restore_version(studio, RUN, before_delete).startswith(f"restored version {before_delete}")
+    assert studio.store(RUN).get(tip_id).text == "flip the switch first"
+    with pytest.raises(gr.Error, match="select tips"):
+        th.set_enabled(studio, RUN, [], False)
+
+
+def test_edited_tip_is_retrieved_by_the_next_memory_episode(studio):
+    th.add_tip(studio, RUN, TASK, 1, "curated: the bulb needs power", 100)
+    job_id, *_ = h.start_side_by_side(studio, RUN, "trap", TASK, 1, "train", 3, 1.0, "current")
+    job = studio.jobs.wait(job_id, 120)
+    assert job.status == "done", job.error
+    naive, memory = job.result
+    retrieved = {t.text for s in memory.steps for t in s.tips}
+    assert "curated: the bulb needs power" in retrieved
+    assert all(not s.tips for s in naive.steps)
+
+
+# ---- train tab -------------------------------------------------------------------------------------
+def test_config_form_round_trip_and_validation(studio):
+    cfg = studio.session(RUN).config
+    values = h.config_form_values(studio, RUN)
+    assert h.config_from_form(cfg, values) == cfg
+    values[h.TRAIN_FIELDS.index(("rollout", "group_size"))] = 1
+    with pytest.raises(ValueError, match="group_size must be ≥ 2"):
+        h.config_from_form(cfg, values)
+
+
+def test_one_training_iteration_then_distill_update_the_charts(studio):
+    values = h.config_form_values(studio, RUN)
+    job_id, run_id, _, _, seen = h.start_training(studio, RUN, *values)
+    assert run_id == RUN  # unchanged form: same session
+    job = studio.jobs.wait(job_id, 180)
+    assert job.status == "done", job.error
+    status, score, *_rest, timer, seen = h.poll_training(studio, job_id, seen, RUN)
+    assert len(job.data["reports"]) == 1
+    assert sum(len(t.x) for t in score.data) == 1
+    assert studio.session(RUN).latest_checkpoint() is not None
+
+    ids = [eid for _, eid in h.distill_choices(studio, RUN)][:2]
+    job = studio.jobs.wait(h.start_distill(studio, RUN, ids)[0], 120)
+    assert job.status == "done", job.error
+    kinds = [r["kind"] for r in studio.session(RUN).metrics()]
+    assert kinds[-2:] == ["train", "distill"]
+    with pytest.raises(gr.Error, match="at least one"):
+        h.start_distill(studio, RUN, [])
+
+
+def test_changed_form_trains_a_new_session(studio):
+    values = h.config_form_values(studio, RUN)
+    values[h.TRAIN_FIELDS.index(("rollout", "p_memory"))] = 0.9
+    values[h.TRAIN_FIELDS.index(("train", "iterations"))] = 50
+    job_id, run_id, *_ = h.start_training(studio, RUN, *values)
+    assert run_id != RUN and studio.session(run_id).config.rollout.p_memory == 0.9
+    time.sleep(0.2)
+    h.stop_job(studio, job_id)
+    job = studio.jobs.wait(job_id, 180)
+    assert job.status == "stopped" and len(job.data.get("reports", [])) < 50
+    assert studio.session(run_id).latest_checkpoint() is not None  # saved on stop
+    lora = list(values)
+    lora[h.TRAIN_FIELDS.index(("policy", "lora_r"))] = 4
+    with pytest.raises(gr.Error, match="lora"):
+        h.start_training(studio, RUN, *lora)
+
+
+# ---- adapt and sessions ----------------------------------------------------------------------------
+def test_adapt_keeps_weights_and_draws_trials(studio):
+    task = h.unseen_tasks(studio, RUN)[0]
+    job = studio.jobs.wait(h.start_adapt(studio, RUN, "current", task, 1)[0], 180)
+    assert job.status == "done", job.error
+    fig, md = h.adapt_view(job.snapshot())
+    assert len(fig.data[0].y) == 2  # trial 0 (baseline) + 1 memory trial
+    assert job.data["checksum_before"] == job.data["checksum_after"] and "untouched" in md
+
+
+def test_sessions_list_compare_and_export(studio):
+    frame = st.sessions_frame(studio)
+    assert RUN in list(frame["run_id"])
+    fig, key = st.compare(studio, list(frame["run_id"]), "rollout/score_mean")
+    assert {t.name for t in fig.data} == set(frame["run_id"])
+    archive, msg = st.export_adapter(studio, RUN)
+    assert archive.endswith(".zip") and "adapter of iteration" in msg
+    assert st.open_session(studio, RUN)[0] == RUN
+    with pytest.raises(gr.Error, match="no session"):
+        st.open_session(studio, "nope")
