@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from empo2_studio.rollout import play_group, write_group_tips
+from empo2_studio.rollout import play_group, seed_policy, write_group_tips
 from empo2_studio.types import Episode, RolloutMode
 
 if TYPE_CHECKING:
@@ -47,7 +47,7 @@ def evaluate(trainer: Trainer, *, variations: int | None = None, repeats: int | 
     task = cfg.env.task
     envs = trainer.envs(n_rep)
     test_variations = envs[0].variations(task, "test")[:n_var]
-    torch.manual_seed(cfg.seed)  # the same sampling noise at every evaluation of a run
+    seed_policy(trainer.policy, cfg.seed)  # the same sampling noise at every evaluation of a run
     episodes: list[Episode] = []
     for variation in test_variations:
         episodes += play_group(
@@ -104,7 +104,7 @@ def adapt(
     rows = []
     for trial in range(trials + 1):
         mode: RolloutMode = "naive" if trial == 0 else "memory"
-        torch.manual_seed(cfg.seed * 1_000_003 + 500_000 + trial)
+        seed_policy(trainer.policy, cfg.seed * 1_000_003 + 500_000 + trial)
         episodes = play_group(
             envs, trainer.policy, trainer.store, task=task, variation=variation, split="train",
             rollout_mode=mode, update_mode=None, temperature=cfg.rollout.train_temperature, seed=cfg.seed,

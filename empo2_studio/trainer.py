@@ -36,7 +36,14 @@ import torch
 from empo2_studio import evaluation
 from empo2_studio.algorithm import NoveltyMemory, group_advantages
 from empo2_studio.config import RunConfig
-from empo2_studio.rollout import Timings, draw_update_mode, play_group, play_side_by_side, write_group_tips
+from empo2_studio.rollout import (
+    Timings,
+    draw_update_mode,
+    play_group,
+    play_side_by_side,
+    seed_policy,
+    write_group_tips,
+)
 from empo2_studio.types import UPDATE_MODES, Episode, IterationReport, UpdateMode, rollout_mode_of
 from empo2_studio.update import UpdateSettings, policy_update
 
@@ -127,7 +134,7 @@ class Trainer:
 
     def _seed_sampling(self, salt: int) -> None:
         """Seed the sampler per iteration from (run seed, iteration) so a resumed run replays it."""
-        torch.manual_seed(self.cfg.seed * 1_000_003 + salt)
+        seed_policy(self.policy, self.cfg.seed * 1_000_003 + salt)
 
     # ---- one iteration -----------------------------------------------------------------------
     def step(self, *, forced_mode: UpdateMode | None = None) -> IterationReport:
@@ -299,7 +306,7 @@ class Trainer:
         self, task: str, variation: int, *, seed: int, temperature: float, on_step=None
     ) -> tuple[Episode, Episode]:
         """A naive and a memory episode of the same task/variation/seed, streamed per step; tips written."""
-        torch.manual_seed(seed)
+        seed_policy(self.policy, seed)
         pair = play_side_by_side(
             self.envs(2), self.policy, self.store, task=task, variation=variation, split="train",
             seed=seed, temperature=temperature, on_step=on_step,

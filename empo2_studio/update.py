@@ -28,8 +28,7 @@ on-policy-with-tips mode this costs one extra no-grad scoring pass on the tip-fr
 
 Length limit: turns whose prompt + response exceed `max_train_tokens` (recipe: 4500) are dropped from
 training, as the recipe's `max_train_length` does; since the history only grows, that is every turn from
-the first over-long one on. Lengths are counted with the policy's tokenizer on the message texts plus a
-small per-turn allowance for the chat template.
+the first over-long one on. Lengths are counted in the policy's own chat-format token ids.
 
 Guard: a non-finite loss or gradient skips the optimizer step, zeroes the gradients and reports
 `guard/skipped = 1`; the weights are never touched.
@@ -53,10 +52,6 @@ from empo2_studio.types import Episode, UpdateMode
 
 MAX_TRAIN_TOKENS = 4500
 """Turns whose prompt + response exceed this many tokens are not trained on (recipe `max_train_length`)."""
-
-TEMPLATE_TOKENS_PER_TURN = 8
-"""Allowance for the chat template's role markers around each message when counting lengths."""
-
 
 @dataclass(frozen=True)
 class UpdateSettings:
@@ -86,17 +81,18 @@ def conversation(episode: Episode, update_mode: UpdateMode, *, n_turns: int | No
 
 
 def trainable_turns(policy: Any, episode: Episode, update_mode: UpdateMode, max_tokens: int) -> int:
-    """How many leading turns of `episode` fit in `max_tokens` (prompt + response, counted cumulatively)."""
-    tokenizer = policy.tokenizer
-    keep_tips = update_mode == "on-policy-with-tips"
-    total = 0
-    for i, s in enumerate(episode.steps):
-        text = with_tips_message(s) if keep_tips else s.user_message
-        total += len(tokenizer.encode(text, add_special_tokens=False))
-        total += len(s.sample.token_ids) + TEMPLATE_TOKENS_PER_TURN
-        if total > max_tokens:
-            return i
-    return len(episode.steps)
+    """How many leading turns of `episode` fit in `max_tokens` (that turn's prompt + response tokens).
+
+    Counts with the policy's own chat format: the end offset of each action in the packed conversation
+    ids, or each turn's rendered prompt plus its action when the template is not packable.
+    """
+    turns = conversation(episode, update_mode)
+    fmt = policy.chat_format
+    if fmt.packed:
+        ends = [end for _, end in fmt.conversation_ids(turns)[1]]
+    else:
+        ends = [len(fmt.turn_prompt_ids(turns, i)) + len(t.action_ids) for i, t in enumerate(turns)]
+    return sum(1 for end in ends if end <= max_tokens)  # ends grow with the history
 
 
 def policy_update(
@@ -110,7 +106,7 @@ def policy_update(
     """Run `settings.update_epochs` optimizer passes over the episodes' turns.
 
     Args:
-        policy: an HFPolicy (`score`, `trainable_parameters`, `tokenizer`; `model` when kl_coef > 0).
+        policy: an HFPolicy (`score`, `trainable_parameters`, `chat_format`; `model` when kl_coef > 0).
         optimizer: AdamW over `policy.trainable_parameters()`.
         episodes: the played episodes (their steps carry the behaviour log-probs).
         advantages: one group-relative advantage per episode (same order).

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-import torch
 
 from empo2_studio.algorithm import NoveltyMemory
 from empo2_studio.algorithm.schedule import draw_update_mode as algo_draw
@@ -17,6 +16,7 @@ from empo2_studio.rollout import (
     key_text,
     play_group,
     play_side_by_side,
+    seed_policy,
     with_tips_message,
     write_group_tips,
 )
@@ -51,7 +51,7 @@ def store(tmp_path, embedder):
 
 
 def _group(policy, store, mode, *, n=3, limit=4, **kw):
-    torch.manual_seed(0)
+    seed_policy(policy, 0)
     envs = [TrapEnv(step_limit=limit) for _ in range(n)]
     return play_group(
         envs, policy, store, task=TASK, variation=0, split="train", rollout_mode=mode,
@@ -147,7 +147,7 @@ def test_side_by_side_streams_both_sides_in_one_batch(tiny_policy, store):
     write_group_tips(tiny_policy, store, _group(tiny_policy, None, "naive", n=2, limit=3))
     spy = SpyPolicy(tiny_policy)
     seen: list[tuple[str, int]] = []
-    torch.manual_seed(1)
+    seed_policy(tiny_policy, 1)
     naive, memory = play_side_by_side(
         [TrapEnv(step_limit=3), TrapEnv(step_limit=3)], spy, store, task=TASK, variation=0, split="train",
         seed=1, temperature=1.0, on_step=lambda side, step: seen.append((side, step.index)),

@@ -149,7 +149,7 @@ def test_nan_gradient_skips_the_step(tmp_path, tiny_policy):
 
 
 def _tips_snapshot(store):
-    return sorted((t.tip_id, t.text, t.score) for t in store.list())
+    return store.version, sorted((t.tip_id, t.text, t.score) for t in store.list_tips())
 
 
 def test_evaluate_never_touches_memory(tmp_path, tiny_policy):
@@ -202,8 +202,8 @@ def test_distill_refuses_naive_episodes_and_trains_memory_ones(tmp_path, tiny_po
     report = trainer.distill(list(memory.episode_ids))
     assert report.update_mode == "off-policy" and report.metrics["distill/episodes"] == 2.0
     assert report.episode_ids == ()  # no new rollouts
-    if report.metrics.get("train/no_signal") != 1.0:
-        assert any(not torch.equal(a, b) for a, b in zip(before, tiny_policy.trainable_parameters()))
+    assert "train/no_signal" not in report.metrics
+    assert any(not torch.equal(a, b) for a, b in zip(before, tiny_policy.trainable_parameters()))
 
 
 def test_checkpoint_and_resume_restore_state(tmp_path, tiny_policy):
@@ -242,6 +242,7 @@ _TRAIN_SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # a subprocess re-imports torch/transformers/lancedb: tens of seconds on a loaded CPU
 def test_kill_during_training_then_resume_continues(tmp_path, tiny_policy):
     root = tmp_path / "sessions"
     Session.create(root, small_cfg())

@@ -12,6 +12,7 @@ from empo2_studio.rollout.episodes import (
     key_text,
     play_group,
     play_side_by_side,
+    seed_policy,
     with_tips_message,
     write_group_tips,
 )
@@ -22,6 +23,7 @@ __all__ = [
     "key_text",
     "play_group",
     "play_side_by_side",
+    "seed_policy",
     "with_tips_message",
     "write_group_tips",
 ]

@@ -184,6 +184,11 @@ def write_group_tips(
     return out
 
 
+def seed_policy(policy: Any, seed: int) -> None:
+    """Seed the policy's sampling generator (`HFPolicy.generator`; sampling never reads torch's global RNG)."""
+    policy.generator.manual_seed(seed)
+
+
 def key_text(episode: Episode) -> str:
     """The memory key of a finished episode: its tip-free conversation as "user: … assistant: …"."""
     return _cap(prompts.conversation_text([(s.user_message, s.sample.text) for s in episode.steps]))

@@ -1,0 +1,225 @@
+"""Learning-efficiency benchmark: EMPO² vs GRPO on the exploration trap, plus a short ScienceWorld run.
+
+Part 1 (trap env, embedded SmolLM2-135M, 4-bit, LoRA): the same code path and seeds for two arms,
+- EMPO²: the defaults (p = 0.25 memory rollouts, q = 2/3 off-policy, novelty bonus × 1.0);
+- GRPO:  p = 0 (never memory) and no novelty bonus — the paper's GRPO baseline;
+training for the same number of iterations. Per iteration it prints the mean training-rollout success
+rate and score (averaged over seeds; EMPO²'s memory iterations roll out with tips), and at the end a
+memory-free evaluation on held-out test variations (the paper's protocol, temperature 0.4).
+A plotly figure and a Markdown table are written into the benchmark folder
+(`<sessions root>/bench_learning-<time>/`), next to the sessions of every run.
+
+Part 2 (ScienceWorld, needs Java): a couple of iterations on one task (the second forced off-policy so
+retrieval, tips and distillation all run), printing wall time per iteration broken down into sampling,
+env, scoring, backward and memory.
+
+Run:  PYTHONPATH=. .venv/bin/python benchmarks/bench_learning.py            (defaults sized for ~20 min
+      on a shared 2-core CPU)
+      ... --iterations 20 --seeds 0 1 2 --group-size 8                      (a longer run)
+      ... --skip-scienceworld / --skip-trap
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import torch  # noqa: E402
+
+from empo2_studio.config import EnvConfig, MemoryConfig, RolloutConfig, RunConfig, TrainConfig  # noqa: E402
+from empo2_studio.memory import make_embedder  # noqa: E402
+from empo2_studio.policy import load_policy  # noqa: E402
+from empo2_studio.sessions import Session, default_sessions_root  # noqa: E402
+from empo2_studio.trainer import Trainer  # noqa: E402
+
+ARMS = {
+    "EMPO2": {"rollout": {}, "algo": {}},
+    "GRPO": {"rollout": {"p_memory": 0.0}, "algo": {"intrinsic_coef": 0.0}},
+}
+
+
+def trap_config(arm: str, seed: int, args: argparse.Namespace) -> RunConfig:
+    base = RunConfig(
+        run_id=f"{arm.lower()}-seed{seed}",
+        seed=seed,
+        env=EnvConfig(name="trap", task=args.task, variations=tuple(args.variations)),
+        memory=MemoryConfig(embedder="minilm"),
+        rollout=RolloutConfig(group_size=args.group_size),
+        train=TrainConfig(
+            iterations=args.iterations, learning_rate=args.lr, checkpoint_every=args.iterations,
+            eval_variations=args.eval_variations, eval_repeats=args.eval_repeats,
+        ),  # fmt: skip
+    )
+    over = ARMS[arm]
+    return base.with_overrides(rollout=over["rollout"], algo=over["algo"])
+
+
+def run_trap(args: argparse.Namespace, root: Path, embedder) -> dict[str, dict[int, dict]]:
+    """Train every (arm, seed); returns results[arm][seed] = {"rows": [...], "eval": {...}, "time": s}."""
+    results: dict[str, dict[int, dict]] = {arm: {} for arm in ARMS}
+    for seed in args.seeds:
+        for arm in ARMS:
+            cfg = trap_config(arm, seed, args)
+            torch.manual_seed(seed)
+            policy = load_policy(cfg.policy)  # a fresh adapter per run: both arms start equal
+            session = Session.create(root, cfg)
+            trainer = Trainer(cfg, session, policy=policy, embedder=embedder)
+            t0 = time.perf_counter()
+            rows = []
+            for report in trainer.train(args.iterations):
+                m = report.metrics
+                rows.append(m)
+                print(
+                    f"  {arm:5s} seed {seed} it {report.iteration:2d} {report.update_mode:20s} "
+                    f"success {m['rollout/success_rate']:.2f} score {m['rollout/score_mean']:7.1f} "
+                    f"({m['time/iteration']:.0f}s)",
+                    flush=True,
+                )
+            evaluation = trainer.evaluate() if args.eval_variations > 0 else {}
+            results[arm][seed] = {"rows": rows, "eval": evaluation, "time": time.perf_counter() - t0}
+            trainer.close()
+            del trainer, policy
+    return results
+
+
+def _mean(values: list[float]) -> float:
+    return statistics.fmean(values) if values else float("nan")
+
+
+def trap_table(results: dict[str, dict[int, dict]], iterations: int, seeds: list[int]) -> str:
+    lines = [
+        "| iteration | " + " | ".join(f"{a} success | {a} score" for a in ARMS) + " |",
+        "|---|" + "---|---|" * len(ARMS),
+    ]
+    for i in range(iterations):
+        cells = []
+        for arm in ARMS:
+            rows = [results[arm][s]["rows"][i] for s in seeds if i < len(results[arm][s]["rows"])]
+            cells.append(f"{_mean([r['rollout/success_rate'] for r in rows]):.2f}")
+            cells.append(f"{_mean([r['rollout/score_mean'] for r in rows]):.1f}")
+        lines.append(f"| {i + 1} | " + " | ".join(cells) + " |")
+    last = max(1, iterations // 3)
+    summary = ["", f"| arm | mean success, last {last} iterations | eval success (no memory) | eval score | wall s |",
+               "|---|---|---|---|---|"]  # fmt: skip
+    for arm in ARMS:
+        tail = [r["rollout/success_rate"] for s in seeds for r in results[arm][s]["rows"][-last:]]
+        ev = [results[arm][s]["eval"] for s in seeds if results[arm][s]["eval"]]
+        summary.append(
+            f"| {arm} | {_mean(tail):.3f} | {_mean([e['eval/success_rate'] for e in ev]):.3f} | "
+            f"{_mean([e['eval/score_mean'] for e in ev]):.1f} | {_mean([results[arm][s]['time'] for s in seeds]):.0f} |"
+        )
+    return "\n".join(lines + summary)
+
+
+def trap_figure(results: dict[str, dict[int, dict]], seeds: list[int], path: Path) -> None:
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("success rate (training rollouts)", "mean score"))
+    colors = {"EMPO2": "#d62728", "GRPO": "#1f77b4"}
+    for arm in ARMS:
+        for col, key in ((1, "rollout/success_rate"), (2, "rollout/score_mean")):
+            per_seed = [[r[key] for r in results[arm][s]["rows"]] for s in seeds]
+            n = min(len(p) for p in per_seed)
+            xs = list(range(1, n + 1))
+            for s, ys in zip(seeds, per_seed):
+                fig.add_trace(
+                    go.Scatter(x=xs, y=ys[:n], mode="lines", line={"color": colors[arm], "width": 1},
+                               opacity=0.3, name=f"{arm} seed {s}", showlegend=False),  # fmt: skip
+                    row=1, col=col,
+                )  # fmt: skip
+            mean = [_mean([p[i] for p in per_seed]) for i in range(n)]
+            fig.add_trace(
+                go.Scatter(x=xs, y=mean, mode="lines+markers", line={"color": colors[arm], "width": 3},
+                           name=f"{arm} (mean of {len(seeds)} seeds)", showlegend=col == 1),  # fmt: skip
+                row=1, col=col,
+            )  # fmt: skip
+    fig.update_xaxes(title_text="iteration")
+    fig.update_layout(title="EMPO² vs GRPO on the exploration trap (embedded SmolLM2-135M, LoRA)")
+    fig.write_html(str(path), include_plotlyjs="cdn")
+
+
+def run_scienceworld(args: argparse.Namespace, root: Path, embedder) -> str:
+    cfg = RunConfig(
+        run_id="scienceworld-short",
+        seed=0,
+        env=EnvConfig(name="scienceworld", task=args.sw_task, variations=(0,), step_limit=args.sw_step_limit),
+        memory=MemoryConfig(embedder="minilm"),
+        rollout=RolloutConfig(group_size=args.sw_group_size),
+        train=TrainConfig(learning_rate=args.lr, checkpoint_every=100),
+    )
+    session = Session.create(root, cfg)
+    trainer = Trainer(cfg, session, policy=load_policy(cfg.policy), embedder=embedder)
+    modes = (["on-policy", "off-policy"] * args.sw_iterations)[: args.sw_iterations]
+    phases = ("sampling", "env", "scoring", "backward", "memory")
+    lines = [
+        f"ScienceWorld {args.sw_task}, variation 0, {args.sw_group_size} episodes × ≤ {args.sw_step_limit} steps",
+        "| iteration | mode | score | success | tips retrieved/step | "
+        + " | ".join(f"{p} s" for p in phases) + " | total s |",
+        "|---|---|---|---|---|" + "---|" * (len(phases) + 1),
+    ]
+    try:
+        for mode in modes:
+            m = trainer.step(forced_mode=mode).metrics
+            lines.append(
+                f"| {trainer.iteration} | {mode} | {m['rollout/score_mean']:.1f} | {m['rollout/success_rate']:.2f} | "
+                f"{m['memory/tips_retrieved_mean']:.1f} | "
+                + " | ".join(f"{m[f'time/{p}']:.1f}" for p in phases)
+                + f" | {m['time/iteration']:.1f} |"
+            )
+            print(lines[-1], flush=True)
+    finally:
+        trainer.close()
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--iterations", type=int, default=8)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    ap.add_argument("--group-size", type=int, default=4)
+    ap.add_argument("--task", default="trap-light-bulb")
+    ap.add_argument("--variations", type=int, nargs="+", default=[0, 1])
+    ap.add_argument("--lr", type=float, default=TrainConfig().learning_rate)
+    ap.add_argument("--eval-variations", type=int, default=4)
+    ap.add_argument("--eval-repeats", type=int, default=2)
+    ap.add_argument("--sw-task", default="find-living-thing")
+    ap.add_argument("--sw-iterations", type=int, default=2)
+    ap.add_argument("--sw-group-size", type=int, default=2)
+    ap.add_argument("--sw-step-limit", type=int, default=6)
+    ap.add_argument("--skip-trap", action="store_true")
+    ap.add_argument("--skip-scienceworld", action="store_true")
+    ap.add_argument("--root", type=Path, default=None, help="sessions root (default: $EMPO2_SESSIONS_DIR or ./sessions)")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+    root = (args.root or default_sessions_root()) / time.strftime("bench_learning-%Y%m%d-%H%M%S")
+    root.mkdir(parents=True, exist_ok=True)
+    embedder = make_embedder("minilm")
+    report = [f"# bench_learning ({time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} CPU cores, torch {torch.__version__})", ""]
+    if not args.skip_trap:
+        print(f"trap: {args.iterations} iterations × seeds {args.seeds} × arms {list(ARMS)}, group {args.group_size}")
+        results = run_trap(args, root, embedder)
+        table = trap_table(results, args.iterations, args.seeds)
+        trap_figure(results, args.seeds, root / "learning.html")
+        (root / "learning.json").write_text(json.dumps(
+            {arm: {str(s): v for s, v in r.items()} for arm, r in results.items()}, default=float, indent=1
+        ))  # fmt: skip
+        report += [f"## Trap env ({args.task}, variations {args.variations}, group {args.group_size}, "
+                   f"lr {args.lr}, seeds {args.seeds})", "", table, ""]  # fmt: skip
+    if not args.skip_scienceworld:
+        report += ["## ScienceWorld short run", "", run_scienceworld(args, root, embedder), ""]
+    text = "\n".join(report)
+    (root / "learning.md").write_text(text)
+    print("\n" + text)
+    print(f"\nwritten: {root}/learning.md" + ("" if args.skip_trap else f", {root}/learning.html"))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
