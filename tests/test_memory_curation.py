@@ -122,6 +122,7 @@ def test_delete_and_bulk_enable(store):
         lambda s: s.list_tips(origin="bogus"),
         lambda s: s.list_tips(enabled="true"),
         lambda s: s.list_tips(text_contains=""),
+        lambda s: s.list_tips(limit=0),
         lambda s: s.restore(999),
         lambda s: s.restore("1"),
         lambda s: s.retrieve("t", 0, " "),

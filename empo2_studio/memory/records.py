@@ -1,6 +1,6 @@
-"""The tip table's schema (one `LanceModel`), input validation, and the JSONL tip format.
+"""The tip table's schema (one `LanceModel`), input validation, safe filters, the JSONL tip format.
 
-Everything here is pure (no database): `tip_store.py` validates every value with these functions
+Everything here works without a database connection: `tip_store.py` validates every value with these functions
 before it touches the table, so bad input raises and leaves the table unchanged.
 
 Tip JSONL format (export and import; UTF-8, one JSON object per line, blank lines ignored)
@@ -34,8 +34,10 @@ import functools
 import json
 import math
 import re
+from pathlib import Path
 from typing import Any, Iterable
 
+from lancedb.expr import Expr, col, lit
 from lancedb.pydantic import LanceModel, Vector
 
 from empo2_studio.types import Tip
@@ -47,6 +49,8 @@ MAX_KEY_CHARS = 200_000
 MAX_NAME_CHARS = 200
 """Longest task name / source episode id."""
 ORIGINS: tuple[str, ...] = ("generated", "manual", "imported")
+EMBEDDER_FILE = "embedder.json"
+"""Sidecar in the store directory: which embedders built the vectors, from which table version on."""
 _ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
@@ -212,3 +216,40 @@ def _optional_str(obj: dict[str, Any], key: str, limit: int) -> str:
     if not isinstance(value, str) or len(value) > limit:
         raise ValueError(f"{key} must be a string of ≤ {limit} chars, got {value!r:.80}")
     return value
+
+
+def where_clause(
+    *, task: str | None = None, variation: int | None = None, origin: str | None = None,
+    enabled: bool | None = None, text_contains: str | None = None,
+) -> Expr | None:
+    """AND of the given filters, values validated and passed as literals (never spliced into SQL)."""
+    parts: list[Expr] = []
+    if task is not None:
+        parts.append(col("task") == lit(check_task(task)))
+    if variation is not None:
+        parts.append(col("variation") == lit(check_variation(variation)))
+    if origin is not None:
+        parts.append(col("origin") == lit(check_origin(origin)))
+    if enabled is not None:
+        parts.append(col("enabled") == lit(check_bool(enabled, "enabled")))
+    if text_contains is not None:
+        if not isinstance(text_contains, str) or not text_contains:
+            raise ValueError(f"text_contains must be a non-empty string, got {text_contains!r}")
+        parts.append(col("text").lower().contains(lit(text_contains.lower())))
+    if not parts:
+        return None
+    where = parts[0]
+    for p in parts[1:]:
+        where = where & p
+    return where
+
+
+def read_history(path: Path) -> list[dict[str, Any]]:
+    f = path / EMBEDDER_FILE
+    return json.loads(f.read_text(encoding="utf-8"))["history"] if f.is_file() else []
+
+
+def write_history(path: Path, history: list[dict[str, Any]]) -> None:
+    tmp = path / (EMBEDDER_FILE + ".tmp")
+    tmp.write_text(json.dumps({"history": history}, indent=1), encoding="utf-8")
+    tmp.replace(path / EMBEDDER_FILE)

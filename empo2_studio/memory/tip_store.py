@@ -27,7 +27,6 @@ and raises ValueError / KeyError with the table unchanged.
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from dataclasses import dataclass
@@ -47,7 +46,6 @@ from empo2_studio.memory.embedder import Embedder
 from empo2_studio.types import Episode, RetrievedTip, Tip
 
 TABLE = "tips"
-EMBEDDER_FILE = "embedder.json"
 REEMBED_COMMAND = "empo2-studio tips reembed --session <run_id>"
 _SEARCH_COLS = ["id", "text", "score", "seq", "_distance"]
 
@@ -101,15 +99,15 @@ class TipStore:
         path.mkdir(parents=True, exist_ok=True)
         db = lancedb.connect(str(path), read_consistency_interval=timedelta(0))
         with FileLock(str(path / ".write.lock"), timeout=120):
-            history = _read_history(path)
+            history = rec.read_history(path)
             if not (path / f"{TABLE}.lance").is_dir():  # LanceDB keeps a local table in <name>.lance/
                 table = db.create_table(TABLE, schema=rec.tip_record_model(embedder.dim))
                 history = [{"name": embedder.name, "dim": embedder.dim, "from_version": table.version}]
-                _write_history(path, history)
+                rec.write_history(path, history)
             elif not history:  # table without a record: trust it only if the dimension fits
                 dim = db.open_table(TABLE).schema.field("vector").type.list_size
                 history = [{"name": embedder.name if dim == embedder.dim else f"unknown-{dim}d", "dim": dim, "from_version": 1}]
-                _write_history(path, history)
+                rec.write_history(path, history)
         current = history[-1]
         mismatch = None
         if (current["name"], current["dim"]) != (embedder.name, embedder.dim):
@@ -143,7 +141,7 @@ class TipStore:
         self._check_embedder()
         thr = self.cfg.similarity_threshold if threshold is None else threshold
         k = self.cfg.top_k if top_k is None else top_k
-        where = _where(task=task, variation=variation, enabled=True)
+        where = rec.where_clause(task=task, variation=variation, enabled=True)
         limit = max(self.cfg.max_tips_per_partition, k)
         while True:  # the cap bounds a partition, but a lowered cap may leave more rows: widen until complete
             rows = (
@@ -229,7 +227,7 @@ class TipStore:
                 raise KeyError(f"unknown tip id {tip_id!r}")
             old = old[0]
             if text is not None and text != old["text"]:
-                dup = _where(task=old["task"], variation=old["variation"]) & (col("text") == lit(text))
+                dup = rec.where_clause(task=old["task"], variation=old["variation"]) & (col("text") == lit(text))
                 if self._table.count_rows(dup.to_sql()):
                     raise ValueError(f"another tip of ({old['task']!r}, {old['variation']}) already has this text")
                 if old["key_text"] == old["text"]:
@@ -261,7 +259,7 @@ class TipStore:
     # ------------------------------------------------------------------ reading
     def count(self, task: str | None = None, variation: int | None = None, *, enabled: bool | None = None) -> int:
         """Number of tips, optionally in one task / partition / enabled state."""
-        where = _where(task=task, variation=variation, enabled=enabled)
+        where = rec.where_clause(task=task, variation=variation, enabled=enabled)
         return self._table.count_rows(None if where is None else where.to_sql())
 
     def get(self, tip_id: str) -> Tip:
@@ -277,7 +275,9 @@ class TipStore:
     ) -> list[Tip]:
         """Tips matching every given filter (`text_contains`: case-insensitive substring), in
         insertion order per partition (task, variation, oldest first). Bad filter values raise ValueError."""
-        where = _where(task=task, variation=variation, origin=origin, enabled=enabled, text_contains=text_contains)
+        where = rec.where_clause(task=task, variation=variation, origin=origin, enabled=enabled, text_contains=text_contains)
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+            raise ValueError(f"limit must be a positive integer or None, got {limit!r}")
         rows = self._rows(where)
         rows.sort(key=lambda r: (r["task"], r["variation"], r["seq"]))
         return [rec.row_to_tip(r) for r in rows[:limit]]
@@ -291,7 +291,7 @@ class TipStore:
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise ValueError(f"limit must be a positive integer, got {limit!r}")
         builder = self._table.search(self._embed([query])[0], vector_column_name="vector").distance_type("cosine")
-        where = _where(task=task, variation=variation)
+        where = rec.where_clause(task=task, variation=variation)
         if where is not None:
             builder = builder.where(where, prefilter=True)
         rows = builder.limit(limit).to_arrow().drop_columns(["vector"]).to_pylist()
@@ -300,7 +300,7 @@ class TipStore:
     # ------------------------------------------------------------------ import / export
     def export_jsonl(self, path: str | Path, **filters: Any) -> int:
         """Write the tips matching `filters` (as in `list_tips`) to a JSONL file; returns the count."""
-        where = _where(**filters)
+        where = rec.where_clause(**filters)
         rows = sorted(self._rows(where), key=lambda r: (r["task"], r["variation"], r["seq"]))
         Path(path).write_text("".join(rec.row_to_json(r) + "\n" for r in rows), encoding="utf-8")
         return len(rows)
@@ -349,7 +349,7 @@ class TipStore:
             known = [v.version for v in self.versions()]
             if version not in known:
                 raise ValueError(f"unknown table version {version}; versions are {known[0]}…{known[-1]}")
-            history = _read_history(self.path)
+            history = rec.read_history(self.path)
             then = [h for h in history if h["from_version"] <= version][-1]
             if (then["name"], then["dim"]) != (history[-1]["name"], history[-1]["dim"]):
                 raise ValueError(
@@ -371,10 +371,10 @@ class TipStore:
                 r["vector"] = v.tolist()
             schema = rec.tip_record_model(embedder.dim).to_arrow_schema()
             self._table = self._db.create_table(TABLE, data=pa.Table.from_pylist(data, schema=schema), mode="overwrite")
-            history = _read_history(self.path) + [
+            history = rec.read_history(self.path) + [
                 {"name": embedder.name, "dim": embedder.dim, "from_version": self._table.version}
             ]
-            _write_history(self.path, history)
+            rec.write_history(self.path, history)
             self.embedder, self._mismatch = embedder, None
         return len(data)
 
@@ -414,7 +414,7 @@ class TipStore:
         evict: list[str] = []
         skipped = 0
         for (task, variation), part_rows in _group(rows).items():
-            existing = self._rows(_where(task=task, variation=variation), ["id", "text", "seq"])
+            existing = self._rows(rec.where_clause(task=task, variation=variation), ["id", "text", "seq"])
             seen = {r["text"] for r in existing}
             next_seq = max((r["seq"] for r in existing), default=-1) + 1
             fresh = []
@@ -452,40 +452,3 @@ def _group(rows: Iterable[dict[str, Any]]) -> dict[tuple[str, int], list[dict[st
     for row in rows:
         groups.setdefault((row["task"], row["variation"]), []).append(row)
     return groups
-
-
-def _where(
-    *, task: str | None = None, variation: int | None = None, origin: str | None = None,
-    enabled: bool | None = None, text_contains: str | None = None,
-) -> Expr | None:
-    """AND of the given filters, values validated and passed as literals (never spliced into SQL)."""
-    parts: list[Expr] = []
-    if task is not None:
-        parts.append(col("task") == lit(rec.check_task(task)))
-    if variation is not None:
-        parts.append(col("variation") == lit(rec.check_variation(variation)))
-    if origin is not None:
-        parts.append(col("origin") == lit(rec.check_origin(origin)))
-    if enabled is not None:
-        parts.append(col("enabled") == lit(rec.check_bool(enabled, "enabled")))
-    if text_contains is not None:
-        if not isinstance(text_contains, str) or not text_contains:
-            raise ValueError(f"text_contains must be a non-empty string, got {text_contains!r}")
-        parts.append(col("text").lower().contains(lit(text_contains.lower())))
-    if not parts:
-        return None
-    where = parts[0]
-    for p in parts[1:]:
-        where = where & p
-    return where
-
-
-def _read_history(path: Path) -> list[dict[str, Any]]:
-    f = path / EMBEDDER_FILE
-    return json.loads(f.read_text(encoding="utf-8"))["history"] if f.is_file() else []
-
-
-def _write_history(path: Path, history: list[dict[str, Any]]) -> None:
-    tmp = path / (EMBEDDER_FILE + ".tmp")
-    tmp.write_text(json.dumps({"history": history}, indent=1), encoding="utf-8")
-    tmp.replace(path / EMBEDDER_FILE)
