@@ -129,3 +129,73 @@ def test_console_script_help_subprocess(tmp_path):
     assert done.returncode == 0 and "--algo.dual-clip" in done.stdout
     bad = subprocess.run([*cmd, "train", "--rollout.group-size", "1"], capture_output=True, text=True, env=env, timeout=120)
     assert bad.returncode == 2 and "group_size" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def _save_tiny_model(directory: Path) -> None:
+    """A tiny random Llama + the real SmolLM2 tokenizer as a local model folder (`--policy.model DIR`)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from empo2_studio.policy.loading import embedded_tokenizer_dir, load_tokenizer
+
+    tok = load_tokenizer(embedded_tokenizer_dir())
+    cfg = LlamaConfig(
+        vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=8192, tie_word_embeddings=True,
+        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    LlamaForCausalLM(cfg).save_pretrained(directory)
+    tok.save_pretrained(directory)
+
+
+@pytest.mark.slow
+def test_train_ctrl_c_resume_eval_distill_subprocess(tmp_path, capsys, monkeypatch):
+    """The real CLI end to end on the trap env: Ctrl-C stops after a step with a checkpoint, resume
+    continues it, eval and distill run on the result."""
+    import signal
+    import time
+
+    model = tmp_path / "tiny-model"
+    _save_tiny_model(model)
+    root = tmp_path / "sessions"
+    env = {**os.environ, "EMPO2_SESSIONS_DIR": str(root), "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1",
+           "HF_HUB_OFFLINE": "1"}  # fmt: skip
+    cli = [sys.executable, "-m", "empo2_studio.cli"]
+    flags = [
+        "--run-id", "cli-run", "--policy.model", str(model), "--policy.quantization", "none",
+        "--policy.device", "cpu", "--policy.max-tip-tokens", "8", "--memory.embedder", "hash",
+        "--rollout.group-size", "2", "--rollout.forced-mode", "off-policy", "--env.variations", "0",
+        "--env.step-limit", "4", "--train.iterations", "1000", "--train.checkpoint-every", "1000",
+    ]  # fmt: skip
+    proc = subprocess.Popen([*cli, "train", *flags], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    metrics = root / "cli-run" / "metrics.jsonl"
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None:
+        if metrics.exists() and metrics.read_text().count("\n") >= 1:
+            break
+        time.sleep(0.2)
+    assert proc.poll() is None, proc.communicate()
+    proc.send_signal(signal.SIGINT)  # stop after the current iteration
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    assert "stopped by Ctrl-C" in out and "Traceback" not in err
+    s = Session.open(root, "cli-run")
+    done = s.state()["iteration"]
+    assert 1 <= done < 1000 and s.latest_checkpoint()[0] == done
+    assert len([m for m in s.metrics() if m.get("kind") == "train"]) == done
+
+    resumed = subprocess.run([*cli, "train", "--resume", "cli-run", "--more", "1"], capture_output=True, text=True,
+                             env=env, timeout=300)  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr
+    assert s.state()["iteration"] == done + 1 and s.latest_checkpoint()[0] == done + 1
+
+    # eval and distill in-process (a subprocess mostly pays for importing torch again).
+    monkeypatch.setenv("EMPO2_SESSIONS_DIR", str(root))
+    assert main(["eval", "--session", "cli-run", "--variations", "1", "--repeats", "2", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert any(k.startswith("eval/") for k in result)
+    assert main(["distill", "--session", "cli-run", "--all-memory"]) == 0
+    out = capsys.readouterr().out
+    assert f"distilled {2 * (done + 1)} episode(s)" in out  # every iteration was off-policy, 2 episodes each
+    assert s.latest_checkpoint()[0] == s.state()["iteration"] == done + 2  # distill is one more update
