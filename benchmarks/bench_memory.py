@@ -3,9 +3,13 @@
 For N = 1k, 10k, 100k tips, laid out either in one (task, variation) partition or spread evenly over
 30 partitions, it builds a TipStore from synthetic 384-d unit keys (batch inserts), then times the
 retrieval rule (same partition, enabled, cosine > 0.5, order by score, top 10):
-- lancedb: `TipStore.retrieve_vector` (flat vector search, `where` prefilter, distance range);
-- numpy:   the same rule on the partition's key matrix held in RAM (matrix-vector product + sort).
-Every LanceDB answer is checked against numpy's. Keys are drawn around 8 cluster centres per
+- lancedb: `TipStore.retrieve_vector(engine="lancedb")` (flat vector search, `where` prefilter,
+           distance range);
+- store:   `TipStore.retrieve_vector()` (default engine: the partition's keys read from LanceDB once
+           per table version, then numpy; includes the per-query table-version check);
+- numpy:   the same rule on the partition's key matrix held in RAM (matrix-vector product + sort),
+           the floor.
+Every answer of both store paths is checked against numpy's ("wrong" counts mismatching queries). Keys are drawn around 8 cluster centres per
 partition so about 1/8 of a partition passes the threshold, as with real, similar conversations.
 Query embedding (the other half of a retrieval) is timed separately with the real MiniLM embedder on
 a conversation-sized text, and with the hash fake.
@@ -94,17 +98,22 @@ def bench_layout(n_total: int, n_parts: int, n_queries: int, rng) -> dict:
         store, keys, scores, build_s = build(Path(d) / "tips.lance", n_total, n_parts, rng)
         part = 0
         queries = list(_cluster_keys(rng, n_queries, store.centres[part]))
-        for q in queries[:3]:  # warm up both paths
-            store.retrieve_vector("task", part, q), numpy_rule(keys[part], scores[part], q)
-        lance_ms, lance_out = time_calls(lambda q: store.retrieve_vector("task", part, q), queries)
+        t = time.perf_counter()
+        store.retrieve_vector("task", part, queries[0])  # first call reads the partition's keys
+        load_ms = (time.perf_counter() - t) * 1e3
+        for q in queries[:3]:  # warm up all paths
+            store.retrieve_vector("task", part, q, engine="lancedb"), numpy_rule(keys[part], scores[part], q)
+        lance_ms, lance_out = time_calls(lambda q: store.retrieve_vector("task", part, q, engine="lancedb"), queries)
+        store_ms, store_out = time_calls(lambda q: store.retrieve_vector("task", part, q), queries)
         numpy_ms, numpy_out = time_calls(lambda q: numpy_rule(keys[part], scores[part], q), queries)
         hits = [int((keys[part] @ q > THRESHOLD).sum()) for q in queries]
-        mismatches = sum(
-            [t.tip_id for t in a] != [f"p{part}-{i}" for i in b] for a, b in zip(lance_out, numpy_out)
-        )
+        expected = [[f"p{part}-{i}" for i in b] for b in numpy_out]
+        wrong = sum([t.tip_id for t in a] != e for a, e in zip(lance_out, expected))
+        wrong += sum([t.tip_id for t in a] != e for a, e in zip(store_out, expected))
     return {
         "layout": f"{n_total:>6} tips, {n_parts:>2} part.", "per_part": n_total // n_parts, "build_s": build_s,
-        "lance": lance_ms, "numpy": numpy_ms, "hits": float(np.median(hits)), "mismatch": mismatches,
+        "lance": lance_ms, "store": store_ms, "numpy": numpy_ms, "load_ms": load_ms,
+        "hits": float(np.median(hits)), "mismatch": wrong,
     }
 
 
@@ -130,15 +139,17 @@ def main() -> None:
     args = ap.parse_args()
     rng = np.random.default_rng(args.seed)
     print(f"retrieval rule: cosine > {THRESHOLD}, order by score, top {TOP_K}; {args.queries} queries per row\n")
-    head = f"{'layout':<22}{'rows/part':>10}{'hits':>7}{'build s':>9}{'lance p50':>11}{'p95':>8}{'numpy p50':>11}{'p95':>8}{'lance/numpy':>13}{'wrong':>7}"
+    head = (f"{'layout':<22}{'rows/part':>10}{'hits':>6}{'build s':>8}{'load ms':>8}"
+            f"{'lancedb p50/p95 ms':>20}{'store p50/p95 ms':>18}{'numpy p50/p95 ms':>18}{'store/numpy':>12}{'wrong':>6}")
     print(head + "\n" + "-" * len(head))
     for n in args.sizes:
         for parts in (1, PARTITIONS):
             r = bench_layout(n, parts, args.queries, rng)
-            lp50, lp95 = np.percentile(r["lance"], [50, 95])
-            np50, np95 = np.percentile(r["numpy"], [50, 95])
-            print(f"{r['layout']:<22}{r['per_part']:>10}{r['hits']:>7.0f}{r['build_s']:>9.1f}{lp50:>9.2f}ms{lp95:>6.2f}ms"
-                  f"{np50:>9.2f}ms{np95:>6.2f}ms{lp50 / np50:>12.1f}x{r['mismatch']:>7}", flush=True)
+            cells = "".join(f"{'%.2f / %.2f' % tuple(np.percentile(r[k], [50, 95])):>{w}}"
+                            for k, w in (("lance", 20), ("store", 18), ("numpy", 18)))
+            ratio = np.median(r["store"]) / np.median(r["numpy"])
+            print(f"{r['layout']:<22}{r['per_part']:>10}{r['hits']:>6.0f}{r['build_s']:>8.1f}{r['load_ms']:>8.1f}"
+                  f"{cells}{ratio:>11.1f}x{r['mismatch']:>6}", flush=True)
     print("\nquery embedding (one conversation-sized text per call)")
     for name, ms in bench_embedding(max(10, args.queries // 4)):
         p50, p95 = np.percentile(ms, [50, 95])

@@ -71,9 +71,10 @@ def rule_store(tmp_path):
     return store, ids
 
 
-def test_retrieval_rule_threshold_score_order_partition_disabled(rule_store):
+@pytest.mark.parametrize("engine", ["numpy", "lancedb"])
+def test_retrieval_rule_threshold_score_order_partition_disabled(rule_store, engine):
     store, _ = rule_store
-    got = store.retrieve("t", 0, "q")
+    got = store.retrieve_vector("t", 0, store.embedder.embed(["q"])[0], engine=engine)
     # sim > 0.5 keeps A(1.0) B(.8) D(.51) G(.7); C(.49) is out; F disabled; E* other partitions.
     # Order by score desc: B 50, then A and G tie at 10 (A more similar), then D −20.
     assert [t.text for t in got] == ["B", "A", "G", "D"]
@@ -87,6 +88,31 @@ def test_retrieval_top_k_and_threshold_override(rule_store):
     assert [t.text for t in store.retrieve("t", 0, "q")] == ["B", "A"]
     got = store.retrieve_vector("t", 0, np.array(QUERY, np.float32), threshold=0.75, top_k=10)
     assert [t.text for t in got] == ["B", "A"]  # G (0.7) and D (0.51) drop out at 0.75
+
+
+def test_engines_agree_and_batch_matches_single(rule_store):
+    store, _ = rule_store
+    for task, var in [("t", 0), ("t", 1), ("u", 0), ("t", 9)]:
+        for thr in (-1.0, 0.0, 0.5, 0.75):
+            args = (task, var, np.array(at_cos(0.9), np.float32))
+            a = store.retrieve_vector(*args, threshold=thr, top_k=3, engine="numpy")
+            b = store.retrieve_vector(*args, threshold=thr, top_k=3, engine="lancedb")
+            assert [(t.tip_id, t.score) for t in a] == [(t.tip_id, t.score) for t in b]
+            assert [t.similarity for t in a] == pytest.approx([t.similarity for t in b], abs=1e-5)
+    assert store.retrieve_batch("t", 0, ["q", "kD"]) == [store.retrieve("t", 0, "q"), store.retrieve("t", 0, "kD")]
+    with pytest.raises(ValueError, match="shape"):
+        store.retrieve_vector("t", 0, np.ones(3, np.float32))
+    with pytest.raises(ValueError, match="engine"):
+        store.retrieve_vector("t", 0, np.ones(4, np.float32), engine="faiss")
+
+
+def test_cached_keys_follow_writes_from_another_handle(rule_store):
+    store, ids = rule_store
+    assert [t.text for t in store.retrieve("t", 0, "q")] == ["B", "A", "G", "D"]  # fills the cache
+    other = TipStore.open(store.path, store.embedder, store.cfg)  # e.g. the CLI in another process
+    other.add_tip("t", 0, "H", score=75, key_text="kE")
+    other.set_enabled([ids["B"]], False)
+    assert [t.text for t in store.retrieve("t", 0, "q")] == ["H", "A", "G", "D"]
 
 
 def test_retrieval_other_partitions_and_reenabled(rule_store):

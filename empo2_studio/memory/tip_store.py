@@ -32,7 +32,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Literal, Sequence
 
 import lancedb
 import numpy as np
@@ -82,6 +82,7 @@ class TipStore:
         self._table = db.open_table(TABLE)
         self._lock = FileLock(str(path / ".write.lock"), timeout=120)
         self._mismatch = mismatch
+        self._cache: dict[tuple[str, int], tuple[int, tuple]] = {}
 
     # ------------------------------------------------------------------ opening
     @classmethod
@@ -133,19 +134,49 @@ class TipStore:
         rec.check_text(query_text, "query text", rec.MAX_KEY_CHARS)
         return self.retrieve_vector(task, variation, self._embed([query_text])[0])
 
+    def retrieve_batch(self, task: str, variation: int, query_texts: Sequence[str]) -> list[list[RetrievedTip]]:
+        """`retrieve` for several conversations of one partition (a lock-step group) with one
+        batched embedding call. Returns one list per query text."""
+        rec.check_task(task), rec.check_variation(variation)
+        if isinstance(query_texts, str):
+            raise ValueError("pass a list of query texts, not a single string")
+        for q in query_texts:
+            rec.check_text(q, "query text", rec.MAX_KEY_CHARS)
+        if not query_texts:
+            return []
+        return [self.retrieve_vector(task, variation, v) for v in self._embed(list(query_texts))]
+
     def retrieve_vector(
-        self, task: str, variation: int, vector: np.ndarray, *, threshold: float | None = None, top_k: int | None = None
+        self, task: str, variation: int, vector: np.ndarray, *, threshold: float | None = None,
+        top_k: int | None = None, engine: Literal["numpy", "lancedb"] = "numpy",
     ) -> list[RetrievedTip]:
         """Retrieval rule on a query vector (dim,), unit norm: same partition, enabled, cosine
-        similarity > threshold, ordered by score desc (ties: similarity desc, newer first), top_k."""
+        similarity > threshold, ordered by score desc (ties: similarity desc, newer first), top_k.
+
+        engine "numpy" (default): exact brute force on the partition's keys, read from the table
+        once per table version and kept in RAM (a few ms of LanceDB per query otherwise; see
+        benchmarks/bench_memory.py). engine "lancedb": the same rule as a LanceDB flat vector search
+        with a `where` prefilter and a distance range (the reference the numpy path is tested against).
+        """
         self._check_embedder()
         thr = self.cfg.similarity_threshold if threshold is None else threshold
         k = self.cfg.top_k if top_k is None else top_k
+        q = np.asarray(vector, dtype=np.float32).reshape(-1)
+        if q.shape != (self.embedder.dim,):
+            raise ValueError(f"query vector must have shape ({self.embedder.dim},), got {np.shape(vector)}")
+        if engine == "numpy":
+            ids, texts, scores, seqs, keys = self._partition(task, variation)
+            sims = keys @ q  # (n,)
+            hit = np.flatnonzero(sims > thr)
+            order = np.lexsort((-seqs[hit], -sims[hit], -scores[hit]))[:k]  # last key sorts first
+            return [RetrievedTip(ids[i], texts[i], float(scores[i]), float(sims[i])) for i in hit[order]]
+        if engine != "lancedb":
+            raise ValueError(f"engine must be 'numpy' or 'lancedb', got {engine!r}")
         where = rec.where_clause(task=task, variation=variation, enabled=True)
         limit = max(self.cfg.max_tips_per_partition, k)
         while True:  # the cap bounds a partition, but a lowered cap may leave more rows: widen until complete
             rows = (
-                self._table.search(np.asarray(vector, dtype=np.float32), vector_column_name="vector")
+                self._table.search(q, vector_column_name="vector")
                 .distance_type("cosine")
                 .where(where, prefilter=True)
                 .distance_range(upper_bound=1.0 - thr)
@@ -161,6 +192,25 @@ class TipStore:
         hits = [(r, s) for r, s in hits if s > thr]
         hits.sort(key=lambda h: (-h[0]["score"], -h[1], -h[0]["seq"]))
         return [RetrievedTip(tip_id=r["id"], text=r["text"], score=float(r["score"]), similarity=s) for r, s in hits[:k]]
+
+    def _partition(self, task: str, variation: int) -> tuple:
+        """(ids, texts, scores, seqs, keys (n, dim)) of the partition's enabled tips, cached per
+        table version: any write, by this or another process, makes a new version and a reload."""
+        version = self._table.version  # checks the newest manifest (read_consistency_interval=0)
+        cached = self._cache.get((task, variation))
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        where = rec.where_clause(task=task, variation=variation, enabled=True)
+        data = self._table.search().where(where).select(["id", "text", "score", "seq", "vector"]).limit(None).to_arrow()
+        keys = data["vector"].combine_chunks().flatten().to_numpy().reshape(-1, self.embedder.dim)
+        arrays = (
+            data["id"].to_pylist(), data["text"].to_pylist(), data["score"].to_numpy().astype(np.float64),
+            data["seq"].to_numpy().astype(np.int64), np.ascontiguousarray(keys, dtype=np.float32),
+        )
+        if len(self._cache) > 256:  # bound RAM when many partitions are queried
+            self._cache.clear()
+        self._cache[(task, variation)] = (version, arrays)
+        return arrays
 
     # ------------------------------------------------------------------ writing
     def add_episode_tips(self, episode: Episode, tip_text: str, key_text: str) -> list[Tip]:
