@@ -43,7 +43,7 @@ def episode_scores_figure(scores: Mapping[str, Sequence[float]]) -> go.Figure:
         fig.add_trace(
             go.Scatter(
                 x=list(range(1, len(ys) + 1)), y=list(ys), mode="lines+markers", name=side,
-                line={"color": SIDE_COLOURS.get(side)},
+                line={"color": SIDE_COLOURS.get(side), "dash": "dash" if side == "naive" else "solid"},
             )
         )
     return _layout(fig, "Running score", "step", "score")

@@ -291,7 +291,7 @@ def adapt_view(data: dict[str, Any]) -> tuple[Any, str]:
     before, after = data.get("checksum_before"), data.get("checksum_after")
     lines = [f"adapter checksum before: `{before[:16]}`" if before else "adapter checksum before: –"]
     if after:
-        verdict = "✅ weights untouched" if after == before else "⚠️ weights changed"
+        verdict = "**weights untouched**" if after == before else "**WEIGHTS CHANGED**"
         lines.append(f"adapter checksum after: `{after[:16]}` — {verdict}")
     return charts.adapt_figure(data.get("trials", [])), "\n\n".join(lines)
 
@@ -312,7 +312,7 @@ def model_status(studio: Any) -> tuple[str, Any]:
     if job is None:
         return "", gr.Timer(active=False)
     if job.status == "failed":
-        return f"⚠️ The model could not be prepared: {job.error}", gr.Timer(active=False)
+        return f"**Model error:** the model could not be prepared: {job.error}", gr.Timer(active=False)
     if job.finished:
-        return f"✅ {job.message}", gr.Timer(active=False)
-    return f"⏳ {job.message} ({job.progress:.0%})", gr.Timer(active=True)
+        return f"Model: {job.message}", gr.Timer(active=False)
+    return f"**Preparing the model…** {job.message} ({job.progress:.0%})", gr.Timer(active=True)

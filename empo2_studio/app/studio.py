@@ -310,11 +310,10 @@ class Studio:
         return digest.hexdigest()
 
     def seed(self, seed: int) -> None:
-        """Seed the sampler so a seed replays the same episode pair (the policy samples with torch's
-        global generator, as `Trainer.play_side_by_side` assumes; torch is already loaded by then)."""
-        import torch
+        """Seed the policy's sampler so a seed replays the same episode pair."""
+        from empo2_studio.rollout import seed_policy
 
-        torch.manual_seed(int(seed))
+        seed_policy(self.policy(), int(seed))
 
     def current_trainer(self, run_id: str) -> Any | None:
         """The session's live trainer, if one is built."""

@@ -1,0 +1,131 @@
+"""The studio in headless Chromium: trap env, tiny random policy, hash embedder, tmp sessions.
+
+Covers the issue's browser checks: a side-by-side episode fills both columns, an edited tip is
+retrieved by the next memory episode, one training iteration updates the chart, Stop ends a run,
+and a screenshot of each tab goes to test-artifacts/.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from empo2_studio.config import EnvConfig, MemoryConfig, RolloutConfig, RunConfig, TrainConfig
+from tests.browser.conftest import free_port
+
+pytestmark = pytest.mark.browser
+
+
+def small_cfg() -> RunConfig:
+    return RunConfig(
+        env=EnvConfig(name="trap", task="trap-light-bulb", variations=(0, 1), step_limit=3),
+        memory=MemoryConfig(embedder="hash", similarity_threshold=-1.0),
+        rollout=RolloutConfig(group_size=2),
+        train=TrainConfig(iterations=1, learning_rate=1e-2, checkpoint_every=1),
+    )
+
+
+@pytest.fixture(scope="module")
+def studio_url(tmp_path_factory):
+    import torch
+
+    from empo2_studio.app import launch
+
+    torch.set_num_threads(1)
+    demo, studio = launch(
+        port=free_port(), sessions_dir=tmp_path_factory.mktemp("sessions"), env="trap", policy="tiny",
+        embedder="hash", config=small_cfg(), block=False, quiet=True,
+    )  # fmt: skip
+    studio.jobs.wait(studio.prepare_model().job_id, 300)
+    yield demo.local_url
+    demo.close()
+    studio.close()
+
+
+def open_tab(page, name: str) -> None:
+    page.get_by_role("tab", name=name).click()
+
+
+def run_side_by_side(page) -> None:
+    open_tab(page, "Episodes")
+    page.locator("#ep-run").click()
+    page.locator("#ep-status").get_by_text(re.compile(r"\[done\]")).wait_for()
+
+
+def test_side_by_side_fills_both_columns(page, studio_url, artifacts):
+    page.goto(studio_url)
+    page.locator("#ep-variation input").wait_for()
+    page.wait_for_function("document.querySelector('#ep-variation input').value !== ''")
+    run_side_by_side(page)
+    assert page.locator("#ep-naive .e2-step").count() >= 1
+    assert page.locator("#ep-memory .e2-step").count() >= 1
+    assert page.locator("#ep-naive .e2-done").count() == 1 and page.locator("#ep-memory .e2-done").count() == 1
+    page.screenshot(path=str(artifacts / "tab-episodes.png"), full_page=True)
+    page.locator("#ep-chart .scatterlayer .trace").first.wait_for(timeout=30_000)
+    assert page.locator("#ep-chart .scatterlayer .trace").count() == 2
+    page.screenshot(path=str(artifacts / "tab-episodes.png"), full_page=True)
+
+
+def test_edited_tip_is_retrieved_in_the_next_memory_episode(page, studio_url, artifacts):
+    page.goto(studio_url)
+    open_tab(page, "Tips")
+    page.get_by_text("Add a tip").click()
+    page.locator("#tips-add-text textarea").fill("draft tip about the lamp")
+    page.locator("#tips-add-score input").fill("100")
+    page.locator("#tips-add").click()
+    page.locator("#tips-status").get_by_text("added tip").wait_for()
+    cell = page.locator("#tips-table td", has_text="draft tip about the lamp").first
+    cell.wait_for()
+    cell.dblclick()
+    page.keyboard.press("Control+A")
+    page.keyboard.type("EDITED: switch on the lamp first")
+    page.keyboard.press("Enter")
+    page.locator("#tips-status").get_by_text("saved 1 edit(s)").wait_for()
+    page.screenshot(path=str(artifacts / "tab-tips.png"), full_page=True)
+
+    run_side_by_side(page)
+    assert page.locator("#ep-memory .e2-tiptext", has_text="EDITED: switch on the lamp first").count() >= 1
+    assert page.locator("#ep-naive .e2-tiptext").count() == 0
+
+
+def test_one_training_iteration_updates_the_chart(page, studio_url, artifacts):
+    page.goto(studio_url)
+    open_tab(page, "Train")
+    page.locator("#tr-iterations input").wait_for()
+    page.wait_for_function("document.querySelector('#tr-iterations input').value === '1'")
+    page.locator("#tr-start").click()
+    page.locator("#tr-status").get_by_text(re.compile(r"\[done\]")).wait_for()
+    page.locator("#tr-score .scatterlayer .trace").first.wait_for()
+    assert page.locator("#tr-loss .scatterlayer .trace").count() >= 1
+    page.screenshot(path=str(artifacts / "tab-train.png"), full_page=True)
+
+
+def test_stop_ends_a_training_run(page, studio_url):
+    page.goto(studio_url)
+    open_tab(page, "Train")
+    box = page.locator("#tr-iterations input")
+    page.wait_for_function("document.querySelector('#tr-iterations input').value !== ''")
+    box.fill("30")
+    page.locator("#tr-start").click()
+    page.locator("#tr-status").get_by_text(re.compile(r"\[running\]")).wait_for()
+    page.locator("#tr-stop").click()
+    page.locator("#tr-status").get_by_text(re.compile(r"\[stopped\]")).wait_for()
+    text = page.locator("#tr-status").inner_text()
+    assert "30/30" not in text
+
+
+def test_adapt_and_sessions_tabs(page, studio_url, artifacts):
+    page.goto(studio_url)
+    open_tab(page, "Adapt (OOD)")
+    page.locator("#ad-start").click()
+    page.locator("#ad-status").get_by_text(re.compile(r"\[done\]")).wait_for()
+    page.locator("#ad-checksum").get_by_text("weights untouched").wait_for()
+    page.screenshot(path=str(artifacts / "tab-adapt.png"), full_page=True)
+
+    open_tab(page, "Sessions")
+    page.locator("#ses-refresh").click()
+    page.locator("#ses-table td", has_text="studio").first.wait_for()
+    page.locator("#ses-compare").click()
+    page.locator("#ses-compare-plot .scatterlayer .trace").first.wait_for()
+    page.screenshot(path=str(artifacts / "tab-sessions.png"), full_page=True)
