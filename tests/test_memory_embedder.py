@@ -10,6 +10,7 @@ import pytest
 
 from empo2_studio.config import MemoryConfig
 from empo2_studio.memory import HashEmbedder, TipStore, make_embedder
+from empo2_studio.memory import embedder as embedder_module
 
 
 def test_hash_embedder_unit_rows_and_similarity():
@@ -23,9 +24,12 @@ def test_hash_embedder_unit_rows_and_similarity():
 
 
 def test_hash_embedder_is_deterministic_across_processes():
-    code = ("from empo2_studio.memory.embedder import HashEmbedder;"
-            "print(HashEmbedder().embed(['open the door'])[0][:8].tolist())")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    # load embedder.py alone (numpy + hashlib) so the child starts fast; a fresh process has another
+    # str-hash salt, which a Python-hash()-based fake would fail on
+    code = ("import importlib.util as u, sys; s = u.spec_from_file_location('emb', sys.argv[1]); m = u.module_from_spec(s);"
+            "s.loader.exec_module(m); print(m.HashEmbedder().embed(['open the door'])[0][:8].tolist())")
+    path = embedder_module.__file__
+    out = subprocess.run([sys.executable, "-c", code, path], capture_output=True, text=True, check=True).stdout
     assert eval(out) == HashEmbedder().embed(["open the door"])[0][:8].tolist()
 
 

@@ -8,8 +8,11 @@ duplicate texts within a partition are skipped; a partition keeps at most
 
 Retrieval (`retrieve`): embed the current conversation, keep enabled tips of the same (task,
 variation) whose key has cosine similarity > `similarity_threshold`, order them by stored score
-(descending; ties: higher similarity, then newer), return the first `top_k`. It runs as a LanceDB
-flat vector search with a `where` prefilter on the partition and a distance range.
+(descending; ties: higher similarity, then newer), return the first `top_k`. The default engine
+reads a partition's enabled keys from LanceDB once per table version and searches them exactly in
+numpy (LanceDB's per-query overhead is several ms, numpy's well under one: see
+benchmarks/bench_memory.py); `engine="lancedb"` runs the same rule as a LanceDB flat vector search
+with a `where` prefilter and a distance range, and the tests check that both agree.
 
 Curation (the studio's Tips tab and `empo2-studio tips`): `list_tips`, `search`, `get`, `add_tip`,
 `update_tip`, `delete`, `set_enabled`, `export_jsonl` / `import_jsonl` (format in `records.py`),
