@@ -26,7 +26,7 @@ import traceback
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import tyro
 
@@ -55,6 +55,12 @@ class AppCmd:
     """TCP port."""
     sessions_dir: Path | None = None
     """Sessions root (default: $EMPO2_SESSIONS_DIR or ./sessions)."""
+    env: Literal["trap", "scienceworld"] | None = None
+    """Env of the default session when the studio creates it (default: the studio's choice)."""
+    run_id: str | None = None
+    """Session to open (or create) at start (default: the studio's default session)."""
+    share: bool = False
+    """Also serve a public Gradio share link (off: the studio stays on this machine)."""
 
 
 @dataclass
@@ -294,9 +300,13 @@ def _message(e: BaseException) -> str:
 
 
 def run_app(cmd: AppCmd) -> int:
-    from empo2_studio.app import launch  # gradio loads only here
-
-    launch(host=cmd.host, port=cmd.port, sessions_dir=_root(cmd.sessions_dir))
+    try:
+        from empo2_studio.app import launch  # gradio loads only here
+    except ImportError as e:
+        print(f"empo2-studio app: the studio cannot start: {e}", file=sys.stderr)
+        return FAILURE
+    extra: dict[str, Any] = {} if cmd.run_id is None else {"run_id": cmd.run_id}
+    launch(host=cmd.host, port=cmd.port, sessions_dir=_root(cmd.sessions_dir), env=cmd.env, share=cmd.share, **extra)
     return OK
 
 
