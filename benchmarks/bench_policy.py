@@ -1,0 +1,162 @@
+"""Policy benchmarks on the embedded SmolLM2-135M-Instruct (ratios measured in one run).
+
+    PYTHONPATH=. .venv/bin/python benchmarks/bench_policy.py [--turns 30] [--group 8] [--step 20]
+
+1. packed vs per-turn scoring of one episode: tokens processed, wall time, max |Δ log-prob| (fp32);
+2. sampling at step `--step` for a group: per-episode KV caches vs one episode at a time with the whole
+   history re-encoded (greedy, so the sampled tokens must be identical): env-steps per second;
+3. memory footprint of the policy, 4-bit vs fp32;
+4. LoRA training tokens/s against the CPU's limit = measured matmul FLOP/s / (6 × parameters).
+The machine's load average is printed: other processes share the 2 cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+
+import torch
+
+from empo2_studio.config import PolicyConfig
+from empo2_studio.policy import ActionRequest, Turn, load_policy
+from empo2_studio.policy.prompts import FINAL_INSTRUCTION
+
+ROOMS = ("kitchen", "hallway", "workshop", "greenhouse", "bathroom", "living room", "bedroom", "art studio")
+VALID = tuple(f"go to {r}" for r in ROOMS) + ("look around", "open door", "focus on red light bulb", "pick up battery")
+
+
+def _obs(ep: int, t: int) -> str:
+    room = ROOMS[(ep + t) % len(ROOMS)]
+    return (
+        f"Observation: This room is called the {room}. In it, you see: a table, a chair, a {ROOMS[t % 8]} map, "
+        f"a battery, a wire, and a door to the {ROOMS[(t + 1) % 8]}. Step {t} of episode {ep}.\n\n{FINAL_INSTRUCTION}"
+    )
+
+
+def _history(policy, ep: int, turns: int) -> list[Turn]:
+    fmt = policy.chat_format
+    first = "Your task is to turn on the red light bulb. First, focus on the red light bulb.\n" * 20
+    return [
+        Turn((first if t == 0 else "") + _obs(ep, t), fmt.encode(VALID[(ep * 7 + t) % len(VALID)]) + (fmt.eot_id,), VALID)
+        for t in range(turns)
+    ]
+
+
+def bench_packed(policy, turns: int) -> dict:
+    conv = _history(policy, 0, turns)
+    ids, _ = policy.chat_format.conversation_ids(conv)
+    per_turn_tokens = sum(len(policy.prompt_ids(conv[:t] + [Turn(c.user_text, None, VALID)])) + len(c.action_ids) for t, c in enumerate(conv))
+    with torch.no_grad():
+        t0 = time.perf_counter()
+        packed = policy.score([conv])[0]
+        t1 = time.perf_counter()
+        ref = policy.score_per_turn([conv])[0]
+        t2 = time.perf_counter()
+    diff = max(float((a - b).abs().max()) for a, b in zip(packed, ref))
+    return {"tokens packed": len(ids), "tokens per-turn": per_turn_tokens, "time packed s": t1 - t0,
+            "time per-turn s": t2 - t1, "max |Δ logp|": diff}
+
+
+def bench_sampling(policy, group: int, step: int) -> dict:
+    keys = [f"ep{e}" for e in range(group)]
+    hist = {k: _history(policy, e, step) for e, k in enumerate(keys)}
+    req = lambda k, h, t: ActionRequest(k, tuple(h) + (Turn(_obs(keys.index(k), t), None, VALID),))  # noqa: E731
+    warm = policy.sample([req(k, hist[k][:-1], step - 1) for k in keys], temperature=0)  # fills the caches
+    for k, s in zip(keys, warm):
+        hist[k][-1] = Turn(hist[k][-1].user_text, s.token_ids, VALID)
+    n0, t0 = policy.sampler.tokens_processed, time.perf_counter()
+    cached = policy.sample([req(k, hist[k], step) for k in keys], temperature=0)
+    t1, n1 = time.perf_counter(), policy.sampler.tokens_processed
+    naive = []
+    for k in keys:  # one episode at a time, whole history re-encoded
+        policy.forget(k)
+        naive += policy.sample([req(k, hist[k], step) for k in [k]], temperature=0)
+        policy.forget(k)
+    t2, n2 = time.perf_counter(), policy.sampler.tokens_processed
+    same = all(a.token_ids == b.token_ids for a, b in zip(cached, naive))
+    ctx = len(policy.prompt_ids(req(keys[0], hist[keys[0]], step).turns))
+    return {"context tokens/episode": ctx, "tokens cached": n1 - n0, "tokens naive": n2 - n1,
+            "steps/s cached": group / (t1 - t0), "steps/s naive": group / (t2 - t1), "greedy identical": same}
+
+
+def footprint(quantization: str) -> dict:
+    code = (
+        "import os, torch; torch.set_num_threads(1)\n"
+        "def rss(): return int([l for l in open('/proc/self/status') if l.startswith('VmRSS')][0].split()[1]) / 1024\n"
+        "from empo2_studio.config import PolicyConfig\nfrom empo2_studio.policy import load_policy\n"
+        "import transformers, peft\nr0 = rss()\n"
+        f"p = load_policy(PolicyConfig(quantization={quantization!r}, device='cpu'))\n"
+        "with torch.no_grad(): p.model(input_ids=torch.tensor([[1, 2, 3]]))  # touch the mmapped weights\n"
+        "print(rss() - r0, p.model.get_memory_footprint() / 2**20)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": "."})
+    rss, fp = map(float, out.stdout.split()[-2:])
+    return {"rss MB": rss, "footprint MB": fp}
+
+
+def matmul_flops(n: int = 1024, reps: int = 10) -> float:
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    a @ b
+    t = time.perf_counter()
+    for _ in range(reps):
+        a @ b
+    return 2 * n**3 * reps / (time.perf_counter() - t)
+
+
+def bench_training(policy, turns: int) -> dict:
+    conv = _history(policy, 1, turns)
+    ids, _ = policy.chat_format.conversation_ids(conv)
+    opt = torch.optim.AdamW(policy.trainable_parameters(), lr=1e-5)
+    t = time.perf_counter()
+    loss = -torch.cat(policy.score([conv])[0]).mean()
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    tok_s = len(ids) / (time.perf_counter() - t)
+    params = sum(p.numel() for p in policy.model.parameters())
+    flops = matmul_flops()
+    limit = flops / (6 * params)
+    return {"train tokens/s": tok_s, "matmul GFLOP/s": flops / 1e9, "limit tokens/s": limit, "fraction of limit": tok_s / limit}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--turns", type=int, default=30)
+    ap.add_argument("--group", type=int, default=8)
+    ap.add_argument("--step", type=int, default=20)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--quantization", default="none", help="for sampling and training (packed is fp32)")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    print(f"load average at start: {os.getloadavg()}")
+    rows: list[tuple[str, object]] = []
+    fp32 = load_policy(PolicyConfig(quantization="none", device="cpu"))
+    for k, v in bench_packed(fp32, args.turns).items():
+        rows.append((f"packed/{k}", v))
+    pol = fp32 if args.quantization == "none" else load_policy(PolicyConfig(quantization=args.quantization, device="cpu"))
+    for k, v in bench_sampling(pol, args.group, args.step).items():
+        rows.append((f"sampling/{k}", v))
+    for k, v in bench_training(pol, args.turns).items():
+        rows.append((f"lora/{k}", v))
+    for q in ("none", "4bit"):
+        for k, v in footprint(q).items():
+            rows.append((f"memory/{q} {k}", v))
+    d = dict(rows)
+    rows += [
+        ("ratio packed tokens (goal ≥ 8)", d["packed/tokens per-turn"] / d["packed/tokens packed"]),
+        ("ratio packed time (goal ≥ 5)", d["packed/time per-turn s"] / d["packed/time packed s"]),
+        ("ratio sampling steps/s (goal ≥ 8)", d["sampling/steps/s cached"] / d["sampling/steps/s naive"]),
+        ("ratio memory 4bit/fp32 footprint (goal ≤ 0.35)", d["memory/4bit footprint MB"] / d["memory/none footprint MB"]),
+        ("ratio memory 4bit/fp32 rss", d["memory/4bit rss MB"] / d["memory/none rss MB"]),
+    ]
+    print(f"load average at end: {os.getloadavg()}")
+    width = max(len(k) for k, _ in rows)
+    for k, v in rows:
+        print(f"{k:<{width}}  {v:.4g}" if isinstance(v, float) else f"{k:<{width}}  {v}")
+
+
+if __name__ == "__main__":
+    main()
