@@ -140,7 +140,8 @@ def apply_table_edits(studio: Any, run_id: str, before: pd.DataFrame, after: pd.
 
 @user_errors
 def add_tip(studio: Any, run_id: str, task: str, variation: Any, text: str, score: Any) -> str:
-    """Add a manual tip (its retrieval key is its own text)."""
+    """Add a manual tip (its retrieval key is its own text); an empty task means the session's task."""
+    task = (task or "").strip() or studio.session(run_id).config.env.task
     if variation in (None, ""):
         raise ValueError("give the variation the tip belongs to (an integer ≥ 0)")
     tip = studio.store(run_id).add_tip(task, int(variation), text, score=float(score or 0.0))

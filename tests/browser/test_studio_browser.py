@@ -71,11 +71,13 @@ def test_edited_tip_is_retrieved_in_the_next_memory_episode(page, studio_url, ar
     page.goto(studio_url)
     open_tab(page, "Tips")
     page.get_by_text("Add a tip").click()
+    page.wait_for_function("document.querySelector('#tips-add-task textarea, #tips-add-task input').value !== ''")
     page.locator("#tips-add-text textarea").fill("draft tip about the lamp")
     page.locator("#tips-add-score input").fill("100")
     page.locator("#tips-add").click()
     page.locator("#tips-status").get_by_text("added tip").wait_for()
-    cell = page.locator("#tips-table td", has_text="draft tip about the lamp").first
+    # the grid keeps a hidden sizing copy of each row: take the visible (last) match
+    cell = page.locator("#tips-table").get_by_text("draft tip about the lamp").last
     cell.wait_for()
     cell.dblclick()
     page.keyboard.press("Control+A")
@@ -125,7 +127,7 @@ def test_adapt_and_sessions_tabs(page, studio_url, artifacts):
 
     open_tab(page, "Sessions")
     page.locator("#ses-refresh").click()
-    page.locator("#ses-table td", has_text="studio").first.wait_for()
+    page.locator("#ses-table").get_by_text("studio", exact=True).last.wait_for()
     page.locator("#ses-compare").click()
     page.locator("#ses-compare-plot .scatterlayer .trace").first.wait_for()
     page.screenshot(path=str(artifacts / "tab-sessions.png"), full_page=True)
