@@ -3,7 +3,8 @@
 Writes
 - assets/fewshot/scienceworld.json: {task: [example, example]}, two gold trajectories per task from
   TRAINING variations only (never dev/test), compact text capped near --max-chars;
-- assets/fewshot/scienceworld_splits.json: {task: {split: [first, last + 1]}} as the simulator reports.
+- assets/fewshot/scienceworld_splits.json: {task: {split: [first, last + 1], "fewshot": [v, v]}}, the
+  splits as the simulator reports them and the training variations the examples were played on.
 
 Each example is the task description, then `> action` lines, each followed by the observation on
 one line (cut at 100 characters); a gold path that does not fit ends with a "> … (N more steps)" line.
@@ -64,11 +65,9 @@ def transcript(env: ScienceWorldEnv, task: str, variation: int, max_chars: int) 
     desc = info["taskDesc"].removeprefix("Task Description:").strip()
     lines = [f"Task: {desc}", short(text)]
     score = 0.0
-    valid = set(info["valid"])
+    valid, off_list = set(info["valid"]), 0
     for i, action in enumerate(gold):
-        if action not in valid:
-            print(f"  note: {task} variation {variation} step {i}: {action!r} not in the valid list",
-                  file=sys.stderr)
+        off_list += action not in valid
         res = sim.step(action)
         valid = set(res[3]["valid"])
         score = float(res[3]["score"])
@@ -78,9 +77,49 @@ def transcript(env: ScienceWorldEnv, task: str, variation: int, max_chars: int) 
             lines.append(f"> … ({len(gold) - i} more steps until the task is complete)")
             break
         lines.append(step_text)
+        if res[2]:  # completed (100) or failed (< 0): later gold steps are not needed
+            break
     for action in gold[i + 1 :] if lines[-1].startswith("> …") else ():
-        score = float(sim.step(action)[3]["score"])
+        off_list += action not in valid
+        _, _, completed, info = sim.step(action)
+        valid, score = set(info["valid"]), float(info["score"])
+        if completed:
+            break
+    if off_list:
+        # The simulator parses these, but an agent restricted to the valid list cannot say them.
+        print(f"  note: {task} variation {variation}: {off_list}/{len(gold)} gold actions "
+              "are not in the valid-action list", file=sys.stderr)
     return "\n".join(lines), score
+
+
+def task_examples(env: ScienceWorldEnv, task: str, train: tuple[int, int], candidates: int,
+                  max_chars: int) -> tuple[list[int], list[str]]:
+    """Two gold trajectories of TRAINING variations that really reach 100, as text.
+
+    The shortest two among the first `candidates` training variations are preferred; a variation
+    whose gold path does not reach 100 under the simplification (it happens) is skipped for the
+    next training variation."""
+    lo, hi = train
+    pool = range(lo, min(hi, lo + candidates))
+    lengths = {
+        v: len(clean_gold_path(env._load(task, v, gold=True).get_gold_action_sequence(),
+                               env.simplification))
+        for v in pool
+    }
+    order = sorted(pool, key=lambda v: (lengths[v], v)) + list(range(lo + candidates, hi))
+    found: dict[int, str] = {}
+    for v in order:
+        text, score = transcript(env, task, v, max_chars)
+        if score < 100:
+            print(f"  skipped: {task} variation {v} gold path scored {score}", file=sys.stderr)
+            continue
+        found[v] = text
+        if len(found) == 2:
+            break
+    if len(found) < 2:
+        raise RuntimeError(f"{task}: fewer than two training gold paths reach 100")
+    chosen = sorted(found)
+    return chosen, [found[v] for v in chosen]
 
 
 def main() -> int:
@@ -91,27 +130,16 @@ def main() -> int:
     args = ap.parse_args()
     FEWSHOT_DIR.mkdir(parents=True, exist_ok=True)
     examples: dict[str, list[str]] = {}
-    splits: dict[str, dict[str, list[int]]] = {}
+    splits: dict[str, dict[str, list[int]]] = {}  # also holds the few-shot variations
     env = ScienceWorldEnv(simplification="easy")
     try:
         for task in TASK_NAMES:
             t0 = time.time()
             splits[task] = simulator_splits(env, task)
-            lo, hi = splits[task]["train"]
-            pool = range(lo, min(hi, lo + args.candidates))
-            lengths = {
-                v: len(clean_gold_path(env._load(task, v, gold=True).get_gold_action_sequence(), env.simplification))
-                for v in pool
-            }
-            chosen = sorted(pool, key=lambda v: (lengths[v], v))[:2]
-            examples[task] = []
-            for v in sorted(chosen):
-                text, score = transcript(env, task, v, args.max_chars)
-                if score < 100:
-                    print(f"  warning: {task} variation {v} gold path scored {score}", file=sys.stderr)
-                examples[task].append(text)
-            print(f"{task}: train variations {sorted(chosen)} gold lengths "
-                  f"{[lengths[v] for v in sorted(chosen)]}, {time.time() - t0:.1f}s", flush=True)
+            chosen, examples[task] = task_examples(
+                env, task, tuple(splits[task]["train"]), args.candidates, args.max_chars)
+            splits[task]["fewshot"] = chosen
+            print(f"{task}: train variations {chosen}, {time.time() - t0:.1f}s", flush=True)
     finally:
         env.close()
     FEWSHOT_PATH.write_text(json.dumps(examples, indent=1, ensure_ascii=False) + "\n")

@@ -19,6 +19,7 @@ from empo2_studio.envs.scienceworld import (
     FEWSHOT_PATH,
     TASK_NAMES,
     ScienceWorldEnv,
+    fewshot_variations,
     load_splits,
 )
 
@@ -103,6 +104,8 @@ def test_fewshot_file_two_compact_training_examples_per_task():
             assert ex.startswith("Task: Your task is to") and "\n> " in ex
             assert len(ex) <= 1500
             assert "open door to" not in ex  # no-ops under "easy" are dropped
+        # Played on training variations only, never dev or test.
+        assert set(fewshot_variations()[task]) <= set(env.variations(task, "train"))
 
 
 # ---- with Java -----------------------------------------------------------------------------------
@@ -157,11 +160,12 @@ def test_reset_is_deterministic(sw):
 
 @pytest.mark.scienceworld
 @pytest.mark.parametrize(
-    ("task", "gold", "start_score", "rewards"),
+    ("task", "expected", "start_score", "rewards"),
     [
-        # "easy" opens every door, so the generator's "open door to kitchen" is dropped.
+        # "easy" opens every door, so the generator's "open door to kitchen" is dropped. The
+        # generator picks the non-living thing at random (soap, table, painting, …): "{}" below.
         ("find-non-living-thing",
-         ["go to kitchen", "look around", "focus on soap", "move soap to red box"],
+         ["go to kitchen", "look around", "focus on {}", "move {} to red box"],
          8.0, [17.0, 0.0, 50.0, 25.0]),
         # Focusing on the longest-lived animal already completes the task; the final "wait1" is unused.
         ("lifespan-longest-lived",
@@ -169,8 +173,10 @@ def test_reset_is_deterministic(sw):
          0.0, [25.0, 25.0, 50.0]),
     ],
 )
-def test_gold_path_reaches_100(sw, task, gold, start_score, rewards):
-    assert sw.gold_path(task, 0) == gold
+def test_gold_path_reaches_100(sw, task, expected, start_score, rewards):
+    gold = sw.gold_path(task, 0)
+    thing = gold[2].removeprefix("focus on ")
+    assert gold == [a.format(thing) for a in expected]
     obs = sw.reset(task, 0)
     assert obs.score == start_score
     results = []
@@ -264,3 +270,18 @@ def test_interpreter_exit_leaves_no_java():
     while pid_alive(pid) and time.time() < deadline:
         time.sleep(0.2)
     assert not pid_alive(pid)
+
+
+@pytest.mark.scienceworld
+def test_fewshot_example_replays_on_its_training_variation(sw):
+    """The stored example is a real trajectory: replaying its actions gives its observations."""
+    task = "find-non-living-thing"
+    for v, example in zip(fewshot_variations()[task], sw.fewshot_examples(task)):
+        lines = example.splitlines()
+        obs = sw.reset(task, v)
+        assert lines[0] == f"Task: {obs.task_description}"
+        for action, seen in zip(lines[2::2], lines[3::2]):
+            res = sw.step(action.removeprefix("> "))
+            text = " ".join(res.observation.text.split())
+            assert not res.corrected and seen == (text if len(text) <= 100 else text[:99] + "…")
+        assert res.won

@@ -74,7 +74,15 @@ def load_splits() -> dict[str, dict[str, tuple[int, int]]]:
     if not SPLITS_PATH.exists():
         raise FileNotFoundError(f"{SPLITS_PATH} is missing; run `python scripts/make_fewshot.py`")
     raw = json.loads(SPLITS_PATH.read_text())
-    return {t: {s: (r[0], r[1]) for s, r in d.items()} for t, d in raw.items()}
+    return {t: {s: (d[s][0], d[s][1]) for s in ("train", "dev", "test")} for t, d in raw.items()}
+
+
+@cache
+def fewshot_variations() -> dict[str, tuple[int, int]]:
+    """{task: the two training variations the few-shot examples were played on}."""
+    load_splits()
+    raw = json.loads(SPLITS_PATH.read_text())
+    return {t: tuple(d["fewshot"]) for t, d in raw.items()}
 
 
 @cache
