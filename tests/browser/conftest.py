@@ -36,7 +36,7 @@ def browser():
 def page(browser):
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
     p = context.new_page()
-    p.set_default_timeout(120_000)
+    p.set_default_timeout(240_000)  # a shared 2-core CI box can be slow
     yield p
     context.close()
 

@@ -97,7 +97,10 @@ def test_one_training_iteration_updates_the_chart(page, studio_url, artifacts):
     page.locator("#tr-iterations input").wait_for()
     page.wait_for_function("document.querySelector('#tr-iterations input').value === '1'")
     page.locator("#tr-start").click()
-    page.locator("#tr-status").get_by_text(re.compile(r"\[done\]")).wait_for()
+    try:
+        page.locator("#tr-status").get_by_text(re.compile(r"\[done\]")).wait_for()
+    finally:
+        page.screenshot(path=str(artifacts / "tab-train.png"), full_page=True)
     page.locator("#tr-score .scatterlayer .trace").first.wait_for()
     assert page.locator("#tr-loss .scatterlayer .trace").count() >= 1
     page.screenshot(path=str(artifacts / "tab-train.png"), full_page=True)
