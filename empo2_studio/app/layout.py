@@ -37,7 +37,7 @@ def build_blocks(studio: Any) -> gr.Blocks:
                 ep = _episodes_tab(studio, run_id)
             with gr.Tab("Tips", id="tips", elem_id="tab-tips"):
                 tips = t.build_tips_tab(studio, run_id)
-            with gr.Tab("Train", id="train", elem_id="tab-train"):
+            with gr.Tab("Train", id="train", elem_id="tab-train") as train_tab:
                 tr = _train_tab(studio, run_id)
             with gr.Tab("Adapt (OOD)", id="adapt", elem_id="tab-adapt"):
                 ad = _adapt_tab(studio, run_id)
@@ -52,6 +52,9 @@ def build_blocks(studio: Any) -> gr.Blocks:
 
         demo.load(refresh, [run_id], refresh_outputs)
         demo.load(ses["listing"][0], [run_id], ses["listing"][1])
+        # Episodes played elsewhere (Episodes tab, CLI) become distillable: list them when Train opens.
+        train_tab.select(lambda rid: (_banner(studio, rid), gr.Dropdown(choices=h.distill_choices(studio, rid))),
+                         [run_id], [session_md, tr["distill_ids"]], show_progress="hidden")
         # Opening a session in the Sessions tab switches this browser's run id, then refreshes every tab.
         ses["opened"](refresh, refresh_outputs)
         tr["switched"](refresh, refresh_outputs)
@@ -59,11 +62,15 @@ def build_blocks(studio: Any) -> gr.Blocks:
     return demo
 
 
+def _banner(studio: Any, rid: str) -> str:
+    cfg = studio.session(rid).config
+    n = len(studio.session(rid).checkpoints())
+    return f"**Session** `{rid}` · {cfg.env.name} · {cfg.env.task} · {n} checkpoint(s)"
+
+
 def _session_refresh(studio: Any, rid: str, ep: dict, tr: dict, ad: dict) -> list[Any]:
-    session = studio.session(rid)
-    cfg = session.config
     ckpts = h.checkpoint_choices(studio, rid)
-    banner = f"**Session** `{rid}` · {cfg.env.name} · {cfg.env.task} · {len(ckpts) - 1} checkpoint(s)"
+    banner = _banner(studio, rid)
     tasks = h.unseen_tasks(studio, rid)
     return [
         banner,
@@ -95,7 +102,7 @@ def _episodes_tab(studio: Any, run_id: gr.State) -> dict[str, Any]:
     with gr.Row(equal_height=False):
         naive = gr.HTML(elem_id="ep-naive")
         memory = gr.HTML(elem_id="ep-memory")
-    chart = gr.Plot(label="Running score", elem_id="ep-chart")
+    chart = gr.Plot(show_label=False, elem_id="ep-chart")
     with gr.Row():
         saved = gr.Dropdown(label="Saved episode pairs of this session", choices=[], elem_id="ep-saved", scale=3)
         reopen = gr.Button("Reopen", elem_id="ep-reopen")
@@ -147,9 +154,9 @@ def _train_tab(studio: Any, run_id: gr.State) -> dict[str, Any]:
         stop = gr.Button("■ Stop after this iteration", elem_id="tr-stop")
     status = gr.HTML(progress_html(0.0, "idle"), elem_id="tr-status")
     with gr.Row():
-        plots = [gr.Plot(elem_id="tr-score"), gr.Plot(elem_id="tr-loss"), gr.Plot(elem_id="tr-clip")]
+        plots = [gr.Plot(show_label=False, elem_id=e) for e in ("tr-score", "tr-loss", "tr-clip")]
     with gr.Row():
-        plots += [gr.Plot(elem_id="tr-mask-frac"), gr.Plot(elem_id="tr-tips")]
+        plots += [gr.Plot(show_label=False, elem_id=e) for e in ("tr-mask-frac", "tr-tips")]
     with gr.Accordion("Distill now (curate tips → run memory episodes → distill)", open=True):
         with gr.Row():
             distill_ids = gr.Dropdown(label="Memory episodes to distill", multiselect=True, choices=[],
@@ -181,7 +188,7 @@ def _adapt_tab(studio: Any, run_id: gr.State) -> dict[str, Any]:
         start = gr.Button("▶ Adapt", variant="primary", elem_id="ad-start")
         stop = gr.Button("■ Stop", elem_id="ad-stop")
     status = gr.HTML(progress_html(0.0, "idle"), elem_id="ad-status")
-    chart = gr.Plot(elem_id="ad-chart")
+    chart = gr.Plot(show_label=False, elem_id="ad-chart")
     checksum = gr.Markdown(elem_id="ad-checksum")
     job_id, seen = gr.State(None), gr.State(-1)
     timer = gr.Timer(POLL_S, active=False)

@@ -25,8 +25,10 @@ def sessions_frame(studio: Any) -> pd.DataFrame:
 
     rows = []
     for info in list_sessions(studio.root):
-        cfg = studio.session(info.run_id).config
-        score = info.last_metrics.get(DEFAULT_COMPARE_KEY)
+        session = studio.session(info.run_id)
+        cfg = session.config
+        scored = [r[DEFAULT_COMPARE_KEY] for r in session.metrics() if isinstance(r.get(DEFAULT_COMPARE_KEY), (int, float))]
+        score = scored[-1] if scored else None
         rows.append([
             info.run_id, info.env, info.task, info.model, info.iteration, info.checkpoints,
             "" if score is None else f"{score:.1f}", cfg.rollout.p_memory, round(cfg.rollout.q_off_policy, 3),
@@ -91,13 +93,13 @@ def build_sessions_tab(studio: Any, run_id: gr.State) -> dict[str, Any]:
         export_a = gr.Button("Export adapter (zip)", elem_id="ses-export-adapter")
         export_t = gr.Button("Export tips (JSONL)", elem_id="ses-export-tips")
     status = gr.Markdown(elem_id="ses-status")
-    download = gr.File(label="Download", interactive=False, elem_id="ses-download")
+    download = gr.File(label="Download", interactive=False, height=90, elem_id="ses-download")
     with gr.Row():
         runs = gr.Dropdown(label="Compare runs", multiselect=True, choices=[], elem_id="ses-compare-runs", scale=3)
         key = gr.Dropdown(label="Metric", choices=[DEFAULT_COMPARE_KEY], value=DEFAULT_COMPARE_KEY,
                           allow_custom_value=True, elem_id="ses-compare-key")
         compare_btn = gr.Button("Compare", elem_id="ses-compare")
-    plot = gr.Plot(elem_id="ses-compare-plot")
+    plot = gr.Plot(show_label=False, elem_id="ses-compare-plot")
 
     def listing(rid: str) -> tuple[Any, ...]:
         frame = sessions_frame(studio)
