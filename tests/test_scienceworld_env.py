@@ -103,7 +103,6 @@ def test_fewshot_file_two_compact_training_examples_per_task():
         for ex in examples:
             assert ex.startswith("Task: Your task is to") and "\n> " in ex
             assert len(ex) <= 1500
-            assert "open door to" not in ex  # no-ops under "easy" are dropped
         # Played on training variations only, never dev or test.
         assert set(fewshot_variations()[task]) <= set(env.variations(task, "train"))
 

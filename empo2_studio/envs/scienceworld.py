@@ -221,7 +221,12 @@ class ScienceWorldEnv:
 
     def gold_path(self, task: str, variation: int) -> list[str]:
         """The simulator's gold action sequence for `task` at `variation`, without the steps the
-        simplification makes no-ops (`clean_gold_path`). Ends any running episode."""
+        simplification makes no-ops (`clean_gold_path`). Ends any running episode.
+
+        The generator picks some objects at random (which non-living thing to focus on), so two
+        calls may differ; the world itself is deterministic. In tasks where things change with time
+        (identify-life-stages) the dropped steps also let time pass, and the cleaned path can fall
+        short of 100 there."""
         self.check_variation(task, variation)
         self._episode = None
         raw = self._load(task, variation, gold=True).get_gold_action_sequence()
