@@ -29,6 +29,9 @@ log = logging.getLogger(__name__)
 DEFAULT_RUN_ID = "studio"
 """The session the studio creates (or reopens) when started without one."""
 
+DEFAULT_TASKS = {"trap": "trap-light-bulb", "scienceworld": "power-component"}
+"""Task of a new session per env (power-component: the task of the authors' released config)."""
+
 POLICY_CHOICES = ("real", "tiny")
 EMBEDDER_CHOICES = ("minilm", "hash")
 
@@ -93,9 +96,7 @@ class Studio:
     # ---- sessions -------------------------------------------------------------------------------
     def default_config(self, run_id: str = DEFAULT_RUN_ID) -> RunConfig:
         """Config of a new studio session: the chosen env, its default task, the embedder in use."""
-        env_cfg = EnvConfig(name=self.env_name)
-        if self.env_name == "scienceworld":
-            env_cfg = replace(env_cfg, task="power-component")
+        env_cfg = EnvConfig(name=self.env_name, task=DEFAULT_TASKS[self.env_name])
         cfg = RunConfig(run_id=run_id, env=env_cfg)
         if isinstance(self._embedder_spec, str):
             cfg = cfg.with_overrides(memory={"embedder": self._embedder_spec})
@@ -215,7 +216,7 @@ class Studio:
             if name not in self._meta_envs:
                 from empo2_studio.envs import make_env
 
-                self._meta_envs[name] = make_env(EnvConfig(name=name))
+                self._meta_envs[name] = make_env(EnvConfig(name=name, task=DEFAULT_TASKS[name]))
             return self._meta_envs[name]
 
     def close(self) -> None:
@@ -233,7 +234,7 @@ class Studio:
         """Two env instances of `name` for side-by-side episodes (kept open and reused); the session's
         env settings (step limit, simplification) apply when it uses the same env."""
         cfg = self.session(run_id).config.env
-        env_cfg = replace(cfg, variations=()) if cfg.name == name else EnvConfig(name=name)
+        env_cfg = replace(cfg, variations=()) if cfg.name == name else EnvConfig(name=name, task=DEFAULT_TASKS[name])
         with self._lock:
             key = f"episodes:{env_cfg}"
             if key not in self._meta_envs:
