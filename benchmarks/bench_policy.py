@@ -133,17 +133,19 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     print(f"load average at start: {os.getloadavg()}")
     rows: list[tuple[str, object]] = []
+
+    def add(section: str, values: dict) -> None:  # print as we go: a loaded machine may stop us early
+        for k, v in values.items():
+            rows.append((f"{section}/{k}", v))
+            print(f"  {section}/{k} = {v}", flush=True)
+
     fp32 = load_policy(PolicyConfig(quantization="none", device="cpu"))
-    for k, v in bench_packed(fp32, args.turns).items():
-        rows.append((f"packed/{k}", v))
+    add("packed", bench_packed(fp32, args.turns))
     pol = fp32 if args.quantization == "none" else load_policy(PolicyConfig(quantization=args.quantization, device="cpu"))
-    for k, v in bench_sampling(pol, args.group, args.step).items():
-        rows.append((f"sampling/{k}", v))
-    for k, v in bench_training(pol, args.turns).items():
-        rows.append((f"lora/{k}", v))
+    add("sampling", bench_sampling(pol, args.group, args.step))
+    add("lora", bench_training(pol, args.turns))
     for q in ("none", "4bit"):
-        for k, v in footprint(q).items():
-            rows.append((f"memory/{q} {k}", v))
+        add("memory", {f"{q} {k}": v for k, v in footprint(q).items()})
     d = dict(rows)
     rows += [
         ("ratio packed tokens (goal ≥ 8)", d["packed/tokens per-turn"] / d["packed/tokens packed"]),
