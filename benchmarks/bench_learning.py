@@ -48,7 +48,7 @@ def trap_config(arm: str, seed: int, args: argparse.Namespace) -> RunConfig:
     base = RunConfig(
         run_id=f"{arm.lower()}-seed{seed}",
         seed=seed,
-        env=EnvConfig(name="trap", task=args.task, variations=tuple(args.variations)),
+        env=EnvConfig(name="trap", task=args.task, variations=tuple(args.variations), step_limit=args.step_limit),
         memory=MemoryConfig(embedder="minilm"),
         rollout=RolloutConfig(group_size=args.group_size),
         train=TrainConfig(
@@ -60,14 +60,20 @@ def trap_config(arm: str, seed: int, args: argparse.Namespace) -> RunConfig:
     return base.with_overrides(rollout=over["rollout"], algo=over["algo"])
 
 
-def run_trap(args: argparse.Namespace, root: Path, embedder) -> dict[str, dict[int, dict]]:
-    """Train every (arm, seed); returns results[arm][seed] = {"rows": [...], "eval": {...}, "time": s}."""
+def run_trap(args: argparse.Namespace, root: Path, embedder, policy) -> dict[str, dict[int, dict]]:
+    """Train every (arm, seed); returns results[arm][seed] = {"rows": [...], "eval": {...}, "time": s}.
+
+    The model is loaded once; every run starts from the same fresh LoRA weights (copied back in) and
+    its own optimizer, so both arms start equal and no run pays the load time.
+    """
     results: dict[str, dict[int, dict]] = {arm: {} for arm in ARMS}
+    initial = [p.detach().clone() for p in policy.trainable_parameters()]
     for seed in args.seeds:
         for arm in ARMS:
             cfg = trap_config(arm, seed, args)
-            torch.manual_seed(seed)
-            policy = load_policy(cfg.policy)  # a fresh adapter per run: both arms start equal
+            with torch.no_grad():
+                for p, p0 in zip(policy.trainable_parameters(), initial):
+                    p.copy_(p0)
             session = Session.create(root, cfg)
             trainer = Trainer(cfg, session, policy=policy, embedder=embedder)
             t0 = time.perf_counter()
@@ -84,7 +90,6 @@ def run_trap(args: argparse.Namespace, root: Path, embedder) -> dict[str, dict[i
             evaluation = trainer.evaluate() if args.eval_variations > 0 else {}
             results[arm][seed] = {"rows": rows, "eval": evaluation, "time": time.perf_counter() - t0}
             trainer.close()
-            del trainer, policy
     return results
 
 
@@ -145,7 +150,7 @@ def trap_figure(results: dict[str, dict[int, dict]], seeds: list[int], path: Pat
     fig.write_html(str(path), include_plotlyjs="cdn")
 
 
-def run_scienceworld(args: argparse.Namespace, root: Path, embedder) -> str:
+def run_scienceworld(args: argparse.Namespace, root: Path, embedder, policy) -> str:
     cfg = RunConfig(
         run_id="scienceworld-short",
         seed=0,
@@ -155,7 +160,7 @@ def run_scienceworld(args: argparse.Namespace, root: Path, embedder) -> str:
         train=TrainConfig(learning_rate=args.lr, checkpoint_every=100),
     )
     session = Session.create(root, cfg)
-    trainer = Trainer(cfg, session, policy=load_policy(cfg.policy), embedder=embedder)
+    trainer = Trainer(cfg, session, policy=policy, embedder=embedder)
     modes = (["on-policy", "off-policy"] * args.sw_iterations)[: args.sw_iterations]
     phases = ("sampling", "env", "scoring", "backward", "memory")
     lines = [
@@ -181,13 +186,14 @@ def run_scienceworld(args: argparse.Namespace, root: Path, embedder) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--iterations", type=int, default=8)
+    ap.add_argument("--iterations", type=int, default=5)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     ap.add_argument("--group-size", type=int, default=4)
     ap.add_argument("--task", default="trap-light-bulb")
     ap.add_argument("--variations", type=int, nargs="+", default=[0, 1])
+    ap.add_argument("--step-limit", type=int, default=8)
     ap.add_argument("--lr", type=float, default=TrainConfig().learning_rate)
-    ap.add_argument("--eval-variations", type=int, default=4)
+    ap.add_argument("--eval-variations", type=int, default=2)
     ap.add_argument("--eval-repeats", type=int, default=2)
     ap.add_argument("--sw-task", default="find-living-thing")
     ap.add_argument("--sw-iterations", type=int, default=2)
@@ -201,10 +207,13 @@ def main(argv: list[str] | None = None) -> int:
     root = (args.root or default_sessions_root()) / time.strftime("bench_learning-%Y%m%d-%H%M%S")
     root.mkdir(parents=True, exist_ok=True)
     embedder = make_embedder("minilm")
+    t0 = time.perf_counter()
+    policy = load_policy(RunConfig().policy)  # the embedded model, 4-bit, fresh LoRA; loaded once
+    print(f"model loaded in {time.perf_counter() - t0:.0f}s", flush=True)
     report = [f"# bench_learning ({time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} CPU cores, torch {torch.__version__})", ""]
     if not args.skip_trap:
         print(f"trap: {args.iterations} iterations × seeds {args.seeds} × arms {list(ARMS)}, group {args.group_size}")
-        results = run_trap(args, root, embedder)
+        results = run_trap(args, root, embedder, policy)
         table = trap_table(results, args.iterations, args.seeds)
         trap_figure(results, args.seeds, root / "learning.html")
         (root / "learning.json").write_text(json.dumps(
@@ -213,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
         report += [f"## Trap env ({args.task}, variations {args.variations}, group {args.group_size}, "
                    f"lr {args.lr}, seeds {args.seeds})", "", table, ""]  # fmt: skip
     if not args.skip_scienceworld:
-        report += ["## ScienceWorld short run", "", run_scienceworld(args, root, embedder), ""]
+        report += ["## ScienceWorld short run", "", run_scienceworld(args, root, embedder, policy), ""]
     text = "\n".join(report)
     (root / "learning.md").write_text(text)
     print("\n" + text)

@@ -269,3 +269,67 @@ def test_kill_during_training_then_resume_continues(tmp_path, tiny_policy):
     assert report.iteration == last_ckpt + 1
     assert session.metrics()[: len(metrics_before)] == metrics_before
     assert len(session.episodes()) == len(episodes_before) + len(report.episode_ids)
+
+
+# ---- slow: the real embedded model (4-bit) and the real MiniLM embedder --------------------------
+
+
+@pytest.fixture(scope="module")
+def real_policy():
+    from empo2_studio.policy import load_policy
+
+    return load_policy(RunConfig().policy)  # the embedded SmolLM2-135M-Instruct, 4-bit, fresh LoRA
+
+
+@pytest.mark.slow
+def test_real_model_off_policy_step_on_trap(tmp_path, real_policy):
+    cfg = small_cfg(
+        env={"variations": (0,), "step_limit": 3},
+        memory={"embedder": "minilm", "similarity_threshold": 0.5},
+        train={"learning_rate": 1e-3, "checkpoint_every": 1},
+    )
+    session = Session.create(tmp_path / "sessions", cfg)
+    trainer = Trainer(cfg, session, policy=real_policy, embedder=make_embedder("minilm"))
+    # A tip whose key is the episode's own opening makes retrieval certain (similarity ≈ 1 > 0.5).
+    from empo2_studio.envs.trap import TrapEnv
+    from empo2_studio.policy import prompts
+
+    env = TrapEnv()
+    obs = env.reset("trap-light-bulb", 0)
+    opening = prompts.conversation_text([(prompts.first_user_message("trap", obs, env.fewshot_examples("trap-light-bulb")), "")])
+    trainer.store.add_tip("trap-light-bulb", 0, "The bulbs in the hallway are decoys; look in other rooms first.",
+                          score=50.0, key_text=opening)  # fmt: skip
+    before = _named(real_policy)
+    report = trainer.step(forced_mode="off-policy")
+    m = report.metrics
+    assert not report.skipped_update and all(v == v for v in m.values())  # no NaN anywhere
+    assert m["memory/tips_retrieved_mean"] > 0
+    # Off-policy: tip-free current vs with-tips behaviour log-probs, so the ratio is not identically 1.
+    assert abs(m["ratio/min"] - 1.0) > 1e-6 or abs(m["ratio/max"] - 1.0) > 1e-6
+    after = _named(real_policy)
+    assert any(not torch.equal(before[n], after[n]) for n in before if "lora_" in n)
+    assert all(torch.equal(before[n], after[n]) for n in before if "lora_" not in n)
+    assert trainer.store.count(task="trap-light-bulb") > 1  # the group's tips were written
+
+
+@pytest.mark.slow
+@pytest.mark.scienceworld
+def test_one_short_iteration_on_scienceworld(tmp_path, real_policy):
+    cfg = small_cfg(
+        env={"name": "scienceworld", "task": "find-living-thing", "variations": (0,), "step_limit": 3},
+        memory={"embedder": "minilm", "similarity_threshold": 0.5},
+        train={"learning_rate": 1e-3, "checkpoint_every": 1},
+    )
+    session = Session.create(tmp_path / "sessions", cfg)
+    trainer = Trainer(cfg, session, policy=real_policy, embedder=make_embedder("minilm"))
+    try:
+        report = trainer.step(forced_mode="on-policy")
+    finally:
+        trainer.close()
+    episodes = session.episodes(list(report.episode_ids))
+    assert len(episodes) == 2 and all(e.env == "scienceworld" and 1 <= len(e.steps) <= 3 for e in episodes)
+    assert all(s.action in s.valid_actions for e in episodes for s in e.steps)
+    assert all(-100.0 <= e.score <= 100.0 for e in episodes)
+    m = report.metrics
+    assert not report.skipped_update and m["memory/tips_written"] == 2.0
+    assert m["time/env"] > 0 and m["time/sampling"] > 0
