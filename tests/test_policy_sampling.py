@@ -97,3 +97,57 @@ def test_write_tips_returns_one_text_per_conversation():
     assert len(tips) == 2 and all(isinstance(t, str) for t in tips)
     again = policy.write_tips([conv], "Summarise the episode in one line.")
     assert again[0] == tips[0]  # greedy and left padding do not change the text
+
+
+def _uneven_requests(policy, steps_by_key):
+    """Requests whose episodes have different history lengths (answered turns = steps_by_key[k])."""
+    fmt = policy.chat_format
+    reqs = []
+    for k, steps in steps_by_key.items():
+        past = tuple(
+            Turn(FIRST if t == 0 else f"Observation {t} of {k}: " + "a table, " * (3 * t + len(k)), fmt.encode(VALID[(t + len(k)) % 6]) + (fmt.eot_id,), VALID)
+            for t in range(steps)
+        )
+        reqs.append(ActionRequest(k, past + (Turn(FIRST if not steps else f"Now {k}.", None, VALID),)))
+    return reqs
+
+
+@pytest.mark.parametrize("decoding", ["constrained", "free"])
+def test_batched_equals_one_at_a_time_with_uneven_histories(decoding):
+    steps = {"a": 0, "bb": 2, "ccc": 1, "d": 3}
+    batched = build_tiny_policy(decoding, seed=9, max_action_tokens=6)
+    single = build_tiny_policy(decoding, seed=9, max_action_tokens=6)
+    single.sampler.batched = False
+    assert batched.sampler.batched  # batching is the default
+    for turn in range(2):  # second call reuses the caches cut out of the batch
+        reqs = _uneven_requests(batched, {k: s + turn for k, s in steps.items()})
+        got = batched.sample(reqs, temperature=0)
+        ref = [single.sample([r], temperature=0)[0] for r in reqs]
+        fresh = build_tiny_policy(decoding, seed=9, max_action_tokens=6)
+        naive = [fresh.sample([r], temperature=0)[0] for r in reqs]  # nothing cached: full re-encode
+        for g, r, n in zip(got, ref, naive):
+            assert g.token_ids == r.token_ids == n.token_ids
+            torch.testing.assert_close(torch.tensor(g.logprobs), torch.tensor(r.logprobs), atol=1e-5, rtol=0)
+        for k in steps:  # caches cut out of the batch hold exactly the fed ids, no padding
+            st = batched.sampler.states[k]
+            assert st.cache.get_seq_length() == len(st.ids)
+    with torch.no_grad():
+        convs = [list(r.turns[:-1]) + [Turn(r.turns[-1].user_text, g.token_ids, VALID)] for r, g in zip(reqs, got)]
+        scored = batched.score(convs)
+    for g, per_turn in zip(got, scored):
+        torch.testing.assert_close(per_turn[-1], torch.tensor(g.logprobs), atol=1e-5, rtol=0)
+
+
+def test_constrained_batch_yields_only_valid_actions_and_rescored_logprobs():
+    policy = build_tiny_policy("constrained", seed=10)
+    reqs = _uneven_requests(policy, {"a": 0, "b": 1, "c": 2, "d": 0, "e": 3, "f": 1, "g": 2, "h": 0})
+    samples = policy.sample(reqs, temperature=1.0)  # behaviour log-probs at T=1 equal the score
+    for s in samples:
+        assert s.text in VALID
+        assert list(s.token_ids) == list(policy.chat_format.encode(s.text)) + [policy.chat_format.eot_id]
+    assert len({s.text for s in samples}) > 1
+    with torch.no_grad():
+        convs = [list(r.turns[:-1]) + [Turn(r.turns[-1].user_text, s.token_ids, VALID)] for r, s in zip(reqs, samples)]
+        scored = policy.score(convs)
+    for s, per_turn in zip(samples, scored):
+        torch.testing.assert_close(per_turn[-1], torch.tensor(s.logprobs), atol=1e-5, rtol=0)

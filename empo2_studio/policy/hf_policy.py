@@ -85,19 +85,16 @@ class HFPolicy:
         was_training = self.model.training
         self.model.eval()
         try:
-            states = self.sampler.prepare([r.key for r in requests], prompts)
+            kw = dict(temperature=temperature, max_tokens=self.max_action_tokens, stop_ids=stop,
+                      newline_ids=newline, blank_ids=blank, generator=self.generator)
+            keys = [r.key for r in requests]
+            if self.sampler.batched:
+                results = self.sampler.sample_batch(keys, prompts, tries, **kw)
+            else:
+                states = self.sampler.prepare(keys, prompts)
+                results = [self.sampler.sample_action(st, trie=trie, **kw) for st, trie in zip(states, tries)]
             out = []
-            for state, trie in zip(states, tries):
-                ids, logps = self.sampler.sample_action(
-                    state,
-                    trie=trie,
-                    temperature=temperature,
-                    max_tokens=self.max_action_tokens,
-                    stop_ids=stop,
-                    newline_ids=newline,
-                    blank_ids=blank,
-                    generator=self.generator,
-                )
+            for ids, logps in results:
                 text = self.tokenizer.decode(ids, skip_special_tokens=True).strip()
                 out.append(ActionSample(text=text, token_ids=tuple(ids), logprobs=tuple(logps)))
         finally:
