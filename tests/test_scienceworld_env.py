@@ -91,7 +91,9 @@ def test_bad_input_is_rejected_before_java_starts():
         ScienceWorldEnv(simplification="hard")
     with pytest.raises(ValueError, match=r"'boill'.*boil"):
         make_env(EnvConfig(name="scienceworld", task="boill"))
-    assert env.java_process is None and java_children() == set()
+    ok = make_env(EnvConfig(name="scienceworld", task="boil", simplification="openDoors", step_limit=9))
+    assert isinstance(ok, ScienceWorldEnv) and ok.step_limit("boil") == 9
+    assert env.java_process is None and ok.java_process is None and java_children() == set()
 
 
 def test_fewshot_file_two_compact_training_examples_per_task():
