@@ -112,10 +112,11 @@ def _uneven_requests(policy, steps_by_key):
     return reqs
 
 
-@pytest.mark.parametrize("decoding", ["constrained", "free"])
-def test_batched_equals_one_at_a_time_with_uneven_histories(decoding):
+@pytest.mark.parametrize("decoding,batched_prefill", [("constrained", True), ("free", True), ("constrained", False)])
+def test_batched_equals_one_at_a_time_with_uneven_histories(decoding, batched_prefill):
     steps = {"a": 0, "bb": 2, "ccc": 1, "d": 3}
     batched = build_tiny_policy(decoding, seed=9, max_action_tokens=6)
+    batched.sampler.batched_prefill = batched_prefill
     single = build_tiny_policy(decoding, seed=9, max_action_tokens=6)
     single.sampler.batched = False
     assert batched.sampler.batched  # batching is the default

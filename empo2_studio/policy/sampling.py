@@ -77,6 +77,9 @@ class CachedSampler:
         self.batched = batched
         """True: one forward per decoding position over all episodes (`sample_batch`); False: every
         episode decoded on its own (`prepare` + `sample_action`). Both give the same greedy tokens."""
+        self.batched_prefill = True
+        """With `batched`: True feeds all episodes' new turn tokens in one ragged forward; False
+        feeds them episode by episode and batches only the decoding."""
         self.states: OrderedDict[str, CachedState] = OrderedDict()
         self.max_states = max_states
         self.tokens_processed = 0
@@ -205,7 +208,7 @@ class CachedSampler:
         the batch (padding dropped) when its action ends. Same returns as `sample_action`; greedy
         tokens equal the one-episode-at-a-time path, log-probs to float rounding.
         """
-        states = self.prepare(keys, prompts, feed=False)
+        states = self.prepare(keys, prompts, feed=not self.batched_prefill)
         if not plain_layers(states[0].cache):  # e.g. sliding-window layers: no exact left padding
             seen: set[int] = set()
             for st in states:  # fresh episodes share the prefix's cache: give each its own
@@ -218,7 +221,7 @@ class CachedSampler:
         pad_id = self.fmt.tokenizer.pad_token_id or 0
         pending = [list(p[len(st.ids):]) for st, p in zip(states, prompts)]
         rows = [_Row(t.root if t is not None else None) for t in tries]
-        logits = None
+        logits = None if self.batched_prefill else torch.stack([st.logits for st in states])
         for _ in range(max_tokens):
             live = batch.rows
             if any(rows[i].forced() is None for i in live) and pending[live[0]]:
