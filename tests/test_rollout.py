@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 
 from empo2_studio.algorithm import NoveltyMemory
@@ -124,12 +126,14 @@ def test_novelty_bonus_matches_a_replay_in_lock_step_order(tiny_policy, embedder
     replay = NoveltyMemory(0.9)
     expected: dict[tuple[int, int], float] = {}
     for t in range(max(len(ep.steps) for ep in episodes)):
-        for i, ep in enumerate(episodes):
-            if t < len(ep.steps):
-                expected[i, t] = replay.reward(embedder.embed([ep.steps[t].observation])[0])
+        reached = [(i, embedder.embed([ep.steps[t].observation])[0]) for i, ep in enumerate(episodes) if t < len(ep.steps)]
+        for i, v in reached:  # each state of a lock-step is scored against the memory before the step
+            expected[i, t] = copy.deepcopy(replay).reward(v)
+        for _, v in reached:
+            replay.reward(v)
     got = {(i, t): s.intrinsic_reward for i, ep in enumerate(episodes) for t, s in enumerate(ep.steps)}
     assert got == pytest.approx(expected)
-    assert episodes[0].steps[0].intrinsic_reward == 1.0  # the very first state is new
+    assert all(ep.steps[0].intrinsic_reward == 1.0 for ep in episodes)  # step-0 states are all new to the memory
 
 
 def test_write_group_tips_stores_one_entry_per_step(tiny_policy, store):

@@ -283,9 +283,12 @@ def real_policy():
 
 @pytest.mark.slow
 def test_real_model_off_policy_step_on_trap(tmp_path, real_policy):
+    # 3 episodes at temperature 2 so the seeded group is not 3 identical trajectories (those carry
+    # exactly zero gradient: +A and −A on the same tokens cancel).
     cfg = small_cfg(
-        env={"variations": (0,), "step_limit": 3},
+        env={"variations": (0,), "step_limit": 2},
         memory={"embedder": "minilm", "similarity_threshold": 0.5},
+        rollout={"group_size": 3, "train_temperature": 2.0},
         train={"learning_rate": 1e-3, "checkpoint_every": 1},
     )
     session = Session.create(tmp_path / "sessions", cfg)
@@ -302,7 +305,8 @@ def test_real_model_off_policy_step_on_trap(tmp_path, real_policy):
     before = _named(real_policy)
     report = trainer.step(forced_mode="off-policy")
     m = report.metrics
-    assert not report.skipped_update and all(v == v for v in m.values())  # no NaN anywhere
+    assert not report.skipped_update and all(v == v for v in m.values()), m  # no NaN anywhere
+    assert "train/no_signal" not in m and m["grad/norm"] > 0, m
     assert m["memory/tips_retrieved_mean"] > 0
     # Off-policy: tip-free current vs with-tips behaviour log-probs, so the ratio is not identically 1.
     assert abs(m["ratio/min"] - 1.0) > 1e-6 or abs(m["ratio/max"] - 1.0) > 1e-6

@@ -21,6 +21,7 @@ the EMPO² reward, not of the memory prompt).
 
 from __future__ import annotations
 
+import copy
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -329,11 +330,19 @@ def _retrieve(
 
 
 def _novelty(results: list, embedder: Any | None, novelty: Any | None, timings: Timings) -> list[float]:
-    """Novelty bonus per reached state: 1/n for a state unlike the n similar ones seen (paper §4.3)."""
+    """Novelty bonus per reached state: 1/n for a state unlike the n similar ones seen (paper §4.3).
+
+    The states reached in one lock-step are scored against the memory as it was *before* that step
+    (each on its own copy), then all are recorded. So identical trajectories in a group earn identical
+    bonuses; scoring them one after another would pay the first 1 and its twin 1/2, an advantage
+    that comes only from the processing order.
+    """
     if embedder is None or novelty is None:
         return [0.0] * len(results)
     t0 = time.perf_counter()
     vectors = embedder.embed([r.observation.text for r in results])
-    bonuses = [float(novelty.reward(v)) for v in vectors]
+    bonuses = [float(copy.deepcopy(novelty).reward(v)) for v in vectors]
+    for v in vectors:
+        novelty.reward(v)  # record the visits
     timings.add("memory", t0)
     return bonuses
