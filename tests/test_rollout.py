@@ -10,7 +10,7 @@ from empo2_studio.algorithm import NoveltyMemory
 from empo2_studio.algorithm.schedule import draw_update_mode as algo_draw
 from empo2_studio.config import MemoryConfig
 from empo2_studio.envs.trap import TrapEnv
-from empo2_studio.memory import TipStore, make_embedder
+from empo2_studio.memory import TipStore, entry_text, make_embedder
 from empo2_studio.policy import prompts
 from empo2_studio.rollout import (
     Timings,
@@ -141,7 +141,9 @@ def test_write_group_tips_stores_one_entry_per_step(tiny_policy, store):
     timings = Timings()
     out = write_group_tips(tiny_policy, store, episodes, timings=timings)
     written = [ep for ep in out if ep.tip and ep.tip.strip()]
-    assert store.count(task=TASK, variation=0) == sum(len(ep.steps) for ep in written)
+    # One entry per step, exact duplicates skipped (paper §2): count the distinct entry texts.
+    entries = {entry_text(ep.tip, s.action, ep.score) for ep in written for s in ep.steps}
+    assert store.count(task=TASK, variation=0) == len(entries) >= 1
     assert [ep.episode_id for ep in out] == [ep.episode_id for ep in episodes]
     assert timings.memory > 0
     assert key_text(out[0]).startswith("user:")
