@@ -53,7 +53,7 @@ def trap_config(arm: str, seed: int, args: argparse.Namespace) -> RunConfig:
         rollout=RolloutConfig(group_size=args.group_size),
         train=TrainConfig(
             iterations=args.iterations, learning_rate=args.lr, checkpoint_every=args.iterations,
-            eval_variations=args.eval_variations, eval_repeats=args.eval_repeats,
+            eval_variations=max(1, args.eval_variations), eval_repeats=max(1, args.eval_repeats),
         ),  # fmt: skip
     )
     over = ARMS[arm]
