@@ -12,6 +12,7 @@ from empo2_studio.config import MemoryConfig
 from empo2_studio.envs.trap import TrapEnv
 from empo2_studio.memory import TipStore, entry_text, make_embedder
 from empo2_studio.policy import prompts
+from empo2_studio.rollout.episodes import KEY_TAIL_CHARS
 from empo2_studio.rollout import (
     Timings,
     draw_update_mode,
@@ -146,7 +147,9 @@ def test_write_group_tips_stores_one_entry_per_step(tiny_policy, store):
     assert store.count(task=TASK, variation=0) == len(entries) >= 1
     assert [ep.episode_id for ep in out] == [ep.episode_id for ep in episodes]
     assert timings.memory > 0
-    assert key_text(out[0]).startswith("user:")
+    # The key is the conversation's tail (MiniLM reads only its first 256 word-pieces).
+    key = key_text(out[0])
+    assert key.endswith("assistant: " + out[0].steps[-1].sample.text) and len(key) == KEY_TAIL_CHARS
 
 
 def test_side_by_side_streams_both_sides_in_one_batch(tiny_policy, store):

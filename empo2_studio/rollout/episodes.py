@@ -195,11 +195,18 @@ def key_text(episode: Episode) -> str:
     return _cap(prompts.conversation_text([(s.user_message, s.sample.text) for s in episode.steps]))
 
 
-def _cap(text: str) -> str:
-    """Cut a key/query text to the store's limit (the embedder reads only its beginning anyway)."""
-    from empo2_studio.memory import MAX_KEY_CHARS
+KEY_TAIL_CHARS = 1000
+"""Key and query texts keep the conversation's last this-many characters (about 250 MiniLM word-pieces).
 
-    return text[:MAX_KEY_CHARS]
+Departure from the recipe, which embeds the whole conversation: all-MiniLM-L6-v2 reads only its first
+256 word-pieces, so every key of a task would embed the same instructions and few-shot opening (cosine
+1.0 between any two conversations of a variation, measured) and the similarity threshold would select
+nothing. The tail holds the latest observations and actions, so similarity follows the agent's state."""
+
+
+def _cap(text: str) -> str:
+    """The part of a key/query text the embedder should see: its tail (see KEY_TAIL_CHARS)."""
+    return text[-KEY_TAIL_CHARS:]
 
 
 def with_tips_message(step: Step) -> str:
