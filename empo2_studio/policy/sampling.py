@@ -4,9 +4,15 @@ Each episode's cache holds the ids it has already processed; a new turn crops it
 common prefix with the new prompt (normally all of it) and feeds only the new tokens — the previous
 action's tokens, the end of turn, the new user message and the assistant header. Episodes without a
 cache start from a prefix computed once for the whole batch (instructions, few-shot examples, task).
-Every forward runs one sequence without padding, so cached and packed log-probs agree to float
-rounding. In constrained decoding a position with a single allowed token needs no forward at all:
-its renormalised log-prob is exactly 0, and the token is fed with the next forward.
+By default (`CachedSampler.batched`) the episodes of a call share every forward: their caches are
+left-padded into one batch (`BatchState`, attention mask 0 on padding, explicit position ids per
+row), the new turn tokens go through one ragged forward and each decoding position is one forward
+over all unfinished episodes; each episode's cache is cut back out (padding dropped) when its action
+ends. On a CPU each forward of a LoRA-wrapped 4-bit model has a large fixed cost, which batching
+pays once per position instead of once per episode. Masked padding contributes exact zeros, so
+batched, per-episode and packed log-probs agree to float rounding. In constrained decoding a
+position where a single token is allowed needs no model output: its renormalised log-prob is
+exactly 0, and the token is fed with the next forward.
 """
 
 from __future__ import annotations
