@@ -32,8 +32,10 @@ def side_by_side(
 
     `job.data`: "naive"/"memory" → list[Step] as they happen; "episodes" → (naive, memory) at the end.
     The pair is saved with a shared `group_id` ("side-…") so the Episodes tab can reopen it.
+    Stop: the two episodes play to their end (the rollout has no mid-episode exit), then the tip
+    writing is skipped; the episodes are still saved.
     """
-    from empo2_studio.rollout import play_side_by_side
+    from empo2_studio.rollout import play_side_by_side, write_group_tips
 
     job.update(message="preparing the model", header=f"{task} · variation {variation} ({split}) · seed {seed}")
     policy = studio.policy()
@@ -51,12 +53,21 @@ def side_by_side(
     job.update(message="playing")
     naive, memory = play_side_by_side(
         envs, policy, store, task=task, variation=variation, split=split, seed=seed,
-        temperature=temperature, on_step=on_step,
+        temperature=temperature, on_step=on_step, write_tips=False,
     )  # fmt: skip
+    # Reflection is a separate phase so the UI can say what the model is doing meanwhile, and so a
+    # Stop pressed while the episodes play (they cannot be cut mid-run) skips it.
+    if job.stop_requested:
+        job.update(message="stopped: episodes saved, no tips written")
+    else:
+        job.update(message="both episodes finished; the model is writing their tips")
+        naive, memory = write_group_tips(policy, store, [naive, memory])
     group = f"side-{uuid.uuid4().hex[:10]}"
     naive, memory = replace(naive, group_id=group), replace(memory, group_id=group)
     studio.session(run_id).append_episodes([naive, memory])
-    job.update(episodes=(naive, memory), message=f"finished: naive {naive.score:g} · memory {memory.score:g}")
+    if not job.stop_requested:
+        job.update(message=f"finished: naive {naive.score:g} · memory {memory.score:g}")
+    job.update(episodes=(naive, memory))
     return naive, memory
 
 
