@@ -138,6 +138,11 @@ def test_step_card_escapes_text_and_marks_correction():
 
 
 # ---- episodes tab ----------------------------------------------------------------------------------
+def test_env_change_preselects_the_session_task(studio):
+    tasks, variations = h.env_changed(studio, "trap", "train", RUN)
+    assert tasks.value == TASK and variations.value == studio.meta_env("trap").variations(TASK, "train")[0]
+
+
 def test_variations_are_labelled_with_their_split(studio):
     update = h.task_changed(studio, "trap", TASK, "test")
     variations = studio.meta_env("trap").variations(TASK, "test")
@@ -284,3 +289,14 @@ def test_sessions_list_compare_and_export(studio):
     assert st.open_session(studio, RUN)[0] == RUN
     with pytest.raises(gr.Error, match="no session"):
         st.open_session(studio, "nope")
+
+
+def test_stop_during_side_by_side_saves_episodes_without_tips(studio):
+    before_tips = studio.store(RUN).count()
+    before_eps = len(studio.session(RUN).episodes())
+    job_id, *_ = h.start_side_by_side(studio, RUN, "trap", TASK, 2, "train", 5, 1.0, "current")
+    h.stop_job(studio, job_id)
+    job = studio.jobs.wait(job_id, 120)
+    assert job.status == "stopped" and "no tips written" in job.message
+    assert len(studio.session(RUN).episodes()) == before_eps + 2
+    assert studio.store(RUN).count() == before_tips

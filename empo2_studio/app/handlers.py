@@ -54,10 +54,12 @@ def timer_for(job: Job | None) -> gr.Timer:
 
 # ---- Episodes tab ---------------------------------------------------------------------------------
 @user_errors
-def env_changed(studio: Any, env_name: str, split: str) -> tuple[Any, Any]:
-    """New env picked: its task list, and the first task's variations in `split`."""
+def env_changed(studio: Any, env_name: str, split: str, run_id: str | None = None) -> tuple[Any, Any]:
+    """New env picked: its task list (the session's task preselected when it belongs to this env,
+    else the first), and that task's variations in `split`."""
     tasks = list(studio.meta_env(env_name).task_names())
-    task = tasks[0] if tasks else None
+    own = studio.session(run_id).config.env.task if run_id else None
+    task = own if own in tasks else (tasks[0] if tasks else None)
     return gr.Dropdown(choices=tasks, value=task), task_changed(studio, env_name, task, split)
 
 

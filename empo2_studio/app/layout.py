@@ -58,7 +58,7 @@ def build_blocks(studio: Any) -> gr.Blocks:
         # Opening a session in the Sessions tab switches this browser's run id, then refreshes every tab.
         ses["opened"](refresh, refresh_outputs)
         tr["switched"](refresh, refresh_outputs)
-        demo.load(partial(h.env_changed, studio), [ep["env"], ep["split"]], [ep["task"], ep["variation"]])
+        demo.load(partial(h.env_changed, studio), [ep["env"], ep["split"], run_id], [ep["task"], ep["variation"]])
     return demo
 
 
@@ -109,7 +109,7 @@ def _episodes_tab(studio: Any, run_id: gr.State) -> dict[str, Any]:
     job_id, seen = gr.State(None), gr.State(-1)
     timer = gr.Timer(POLL_S, active=False)
 
-    env.change(partial(h.env_changed, studio), [env, split], [task, variation])
+    env.input(partial(h.env_changed, studio), [env, split, run_id], [task, variation])
     task.change(partial(h.task_changed, studio), [env, task, split], [variation])
     split.change(partial(h.task_changed, studio), [env, task, split], [variation])
     run.click(partial(h.start_side_by_side, studio), [run_id, env, task, variation, split, seed, temperature, checkpoint],

@@ -58,7 +58,7 @@ def side_by_side(
     # Reflection is a separate phase so the UI can say what the model is doing meanwhile, and so a
     # Stop pressed while the episodes play (they cannot be cut mid-run) skips it.
     if job.stop_requested:
-        job.update(message="stopped: episodes saved, no tips written")
+        job.update(message="episodes saved, no tips written")
     else:
         job.update(message="both episodes finished; the model is writing their tips")
         naive, memory = write_group_tips(policy, store, [naive, memory])

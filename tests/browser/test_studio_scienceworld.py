@@ -44,7 +44,7 @@ def test_scienceworld_side_by_side_with_the_embedded_model(page, real_studio_url
     page.locator("#ep-memory .e2-step").first.wait_for()
     page.locator("#ep-stop").click()
     page.locator("#ep-status").get_by_text(re.compile(r"\[stopped\]")).wait_for()
-    assert page.locator("#ep-naive .e2-step").count() == STEPS
-    assert page.locator("#ep-memory .e2-step").count() == STEPS
+    assert 1 <= page.locator("#ep-naive .e2-step").count() <= STEPS
+    assert 1 <= page.locator("#ep-memory .e2-step").count() <= STEPS
     page.screenshot(path=str(artifacts / "scienceworld-episodes.png"), full_page=True)
     assert len(studio.session(studio.default_run_id).episodes()) == 2  # saved even when stopped
