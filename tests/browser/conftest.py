@@ -20,6 +20,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.fixture(scope="module")
+def port() -> int:
+    """A free local TCP port for one module's studio."""
+    return free_port()
+
+
 @pytest.fixture(scope="session")
 def browser():
     if not os.path.exists(CHROMIUM):

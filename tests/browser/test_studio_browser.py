@@ -12,7 +12,6 @@ import re
 import pytest
 
 from empo2_studio.config import EnvConfig, MemoryConfig, RolloutConfig, RunConfig, TrainConfig
-from tests.browser.conftest import free_port
 
 pytestmark = pytest.mark.browser
 
@@ -27,14 +26,14 @@ def small_cfg() -> RunConfig:
 
 
 @pytest.fixture(scope="module")
-def studio_url(tmp_path_factory):
+def studio_url(tmp_path_factory, port):
     import torch
 
     from empo2_studio.app import launch
 
     torch.set_num_threads(1)
     demo, studio = launch(
-        port=free_port(), sessions_dir=tmp_path_factory.mktemp("sessions"), env="trap", policy="tiny",
+        port=port, sessions_dir=tmp_path_factory.mktemp("sessions"), env="trap", policy="tiny",
         embedder="hash", config=small_cfg(), block=False, quiet=True,
     )  # fmt: skip
     studio.jobs.wait(studio.prepare_model().job_id, 300)

@@ -12,19 +12,18 @@ import re
 import pytest
 
 from empo2_studio.config import EnvConfig, RunConfig
-from tests.browser.conftest import free_port
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.scienceworld]
 STEPS = 3
 
 
 @pytest.fixture(scope="module")
-def real_studio_url(tmp_path_factory):
+def real_studio_url(tmp_path_factory, port):
     from empo2_studio.app import launch
 
     cfg = RunConfig(env=EnvConfig(name="scienceworld", task="power-component", step_limit=STEPS))
     demo, studio = launch(
-        port=free_port(), sessions_dir=tmp_path_factory.mktemp("sessions"), env="scienceworld", config=cfg,
+        port=port, sessions_dir=tmp_path_factory.mktemp("sessions"), env="scienceworld", config=cfg,
         block=False, quiet=True,
     )  # fmt: skip
     yield demo.local_url, studio
