@@ -95,6 +95,7 @@ def test_write_tips_returns_one_text_per_conversation():
     conv = [Turn(FIRST, fmt.encode("look around") + (fmt.eot_id,), VALID)]
     tips = policy.write_tips([conv, conv + conv], "Summarise the episode in one line.")
     assert len(tips) == 2 and all(isinstance(t, str) for t in tips)
+    assert all("\n" not in t for t in tips)  # generation stops at the end of the first line
     again = policy.write_tips([conv], "Summarise the episode in one line.")
     assert again[0] == tips[0]  # greedy and left padding do not change the text
 

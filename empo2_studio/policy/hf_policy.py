@@ -215,8 +215,8 @@ class HFPolicy:
 
     @torch.no_grad()
     def write_tips(self, conversations: Sequence[Sequence[Turn]], instruction: str) -> list[str]:
-        """Greedy free text (≤ max_tip_tokens) answering `instruction` after each conversation,
-        batched with left padding; returns the raw decoded texts (paper §2, the tip prompt)."""
+        """Greedy free text (≤ max_tip_tokens, up to the first line break) answering `instruction`
+        after each conversation, batched with left padding; returns the raw decoded texts (paper §2)."""
         if not conversations:
             raise ValueError("write_tips() needs at least one conversation, got an empty batch")
         prompts = [self.prompt_ids(list(conv) + [Turn(instruction, None)]) for conv in conversations]
@@ -235,6 +235,9 @@ class HFPolicy:
                 do_sample=False,
                 eos_token_id=stop,
                 pad_token_id=pad,
+                # A tip is one line: stopping at its end saves most of the decoding on a CPU.
+                stop_strings=["\n"],
+                tokenizer=self.tokenizer,
             )
         finally:
             self.model.train(was_training)
