@@ -200,8 +200,8 @@ KEY_TAIL_CHARS = 1000
 
 Departure from the recipe, which embeds the whole conversation: all-MiniLM-L6-v2 reads only its first
 256 word-pieces, so every key of a task would embed the same instructions and few-shot opening (cosine
-1.0 between any two conversations of a variation, measured) and the similarity threshold would select
-nothing. The tail holds the latest observations and actions, so similarity follows the agent's state."""
+1.0 between any two conversations of a variation, measured) and the similarity threshold would let
+every tip through. The tail holds the latest observations and actions, so similarity follows the agent's state."""
 
 
 def _cap(text: str) -> str:
