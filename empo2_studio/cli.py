@@ -323,6 +323,7 @@ def run_train(cmd: TrainCmd) -> int:
     else:
         if cmd.more is not None:
             raise UsageError("--more only applies with --resume; use --train.iterations for a new run")
+        _check_env(cmd.run)  # a bad task or variation is a usage error, before a session or model exists
         try:
             session = Session.create(_root(cmd.sessions_dir), cmd.run)
         except (ValueError, FileExistsError) as e:
@@ -331,6 +332,26 @@ def run_train(cmd: TrainCmd) -> int:
         trainer = _load_trainer(session, require_checkpoint=False)
         todo = session.config.train.iterations
     return _train_loop(trainer, todo)
+
+
+def _check_env(cfg: RunConfig) -> None:
+    """Reject an unknown task, or training variations outside the task's train split (no JVM starts)."""
+    from empo2_studio.envs import make_env
+
+    try:
+        env = make_env(cfg.env)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    try:
+        train = env.variations(cfg.env.task, "train")
+    finally:
+        env.close()
+    outside = [v for v in cfg.env.variations if v not in train]
+    if outside:
+        raise UsageError(
+            f"env.variations {outside} of {cfg.env.task!r} are outside its train split "
+            f"{train[0]}–{train[-1]}"
+        )
 
 
 def _train_loop(trainer: Any, iterations: int) -> int:
