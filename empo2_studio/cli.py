@@ -435,6 +435,8 @@ def run_tips(cmd: TipsCmd) -> int:
     if isinstance(a, (TipsList, TipsExport)) and not session.tips_path.exists():
         print(f"session {session.run_id!r} has no tips yet")
         return OK
+    if isinstance(a, TipsImport):  # a missing or malformed file is bad input: exit 2 before the embedder loads
+        _check_tip_file(a.file)
     from empo2_studio.memory import TipStore, make_embedder
 
     embedder = make_embedder(session.config.memory.embedder)
@@ -449,13 +451,24 @@ def run_tips(cmd: TipsCmd) -> int:
         n = store.export_jsonl(a.out, **({"task": a.task} if a.task else {}))
         print(f"wrote {n} tip(s) to {a.out}")
     elif isinstance(a, TipsImport):
-        if not a.file.is_file():
-            raise UsageError(f"no such file: {a.file}")
         result = store.import_jsonl(a.file)
         print(f"imported {result.added} tip(s), skipped {result.skipped_duplicates} duplicate(s)")
     else:
         print(f"re-embedded {store.reembed(embedder)} tip(s) with {embedder.name!r}")
     return OK
+
+
+def _check_tip_file(path: Path) -> None:
+    """Raise UsageError if `path` is not a readable tip JSONL file whose every line is valid."""
+    from empo2_studio.memory import records
+
+    if not path.is_file():
+        raise UsageError(f"no such file: {path}")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            records.parse_jsonl(fh)
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise UsageError(f"cannot import {path}: {e}") from None
 
 
 def run_sessions(cmd: SessionsCmd) -> int:

@@ -120,6 +120,23 @@ def test_tips_list_export_import_reembed(sessions, tmp_path, capsys):
     assert main(["tips", "import", "--session", "run-b", "--file", str(dump)]) == 0
     assert "imported 0 tip(s), skipped 2" in capsys.readouterr().out
     assert main(["tips", "import", "--session", "run-b", "--file", str(tmp_path / "missing.jsonl")]) == 2
+    bad = {
+        "missing": '{"task": "trap-light-bulb", "variation": 0, "score": 5}',
+        "score": '{"task": "trap-light-bulb", "variation": 0, "text": "t", "score": 500}',
+        "extra": '{"task": "trap-light-bulb", "variation": 0, "text": "t", "score": 5, "colour": "red"}',
+        "json": "not json",
+    }
+    expected = {"missing": "missing keys ['text']", "score": "score must be in [-100, 100], got 500", "extra": "unknown keys ['colour']",
+                "json": "not valid JSON"}  # fmt: skip
+    capsys.readouterr()
+    for name, line in bad.items():
+        f = tmp_path / f"bad-{name}.jsonl"
+        f.write_text(dump.read_text() + line + "\n")  # good lines first: still nothing is imported
+        assert main(["tips", "import", "--session", "run-b", "--file", str(f)]) == 2, name
+        err = capsys.readouterr().err
+        assert f"line 3: {expected[name]}" in err and "Traceback" not in err, err
+    assert main(["tips", "list", "--session", "run-b"]) == 0
+    assert "2 of 2 tip(s)" in capsys.readouterr().err
     assert main(["tips", "reembed", "--session", "run-b"]) == 0
     assert "re-embedded 2 tip(s)" in capsys.readouterr().out
 
