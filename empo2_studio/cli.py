@@ -328,8 +328,12 @@ def run_train(cmd: TrainCmd) -> int:
             session = Session.create(_root(cmd.sessions_dir), cmd.run)
         except (ValueError, FileExistsError) as e:
             raise UsageError(str(e)) from None
+        try:
+            trainer = _load_trainer(session, require_checkpoint=False)
+        except ValueError as e:  # the config names something the model lacks (e.g. LoRA target modules)
+            _discard_new_session(session)
+            raise UsageError(_message(e)) from None
         print(f"session {session.run_id} in {session.dir}", file=sys.stderr)
-        trainer = _load_trainer(session, require_checkpoint=False)
         todo = session.config.train.iterations
     return _train_loop(trainer, todo)
 
@@ -352,6 +356,14 @@ def _check_env(cfg: RunConfig) -> None:
             f"env.variations {outside} of {cfg.env.task!r} are outside its train split "
             f"{train[0]}–{train[-1]}"
         )
+
+
+def _discard_new_session(session: Session) -> None:
+    """Remove a session this command just created, if nothing but its config was written to it."""
+    import shutil
+
+    if session.latest_checkpoint() is None and not session.metrics() and not session.episodes():
+        shutil.rmtree(session.dir, ignore_errors=True)
 
 
 def _train_loop(trainer: Any, iterations: int) -> int:

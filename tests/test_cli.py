@@ -57,6 +57,19 @@ def test_usage_errors_exit_2_without_traceback(sessions, capsys, argv, message):
     assert list(sessions.iterdir()) == []  # nothing was created
 
 
+def test_train_config_the_model_rejects_exits_2_and_leaves_no_session(sessions, capsys, monkeypatch):
+    import empo2_studio.cli as cli
+
+    def refuse(session, *, require_checkpoint):
+        raise ValueError("policy.lora_target_modules ['nonexistent'] not found in the model")
+
+    monkeypatch.setattr(cli, "_load_trainer", refuse)
+    assert main(["train", "--policy.lora-target-modules", "nonexistent"]) == 2
+    err = capsys.readouterr().err
+    assert "lora_target_modules ['nonexistent'] not found" in err and "Traceback" not in err
+    assert list(sessions.iterdir()) == []
+
+
 def test_bad_flag_values_exit_2(sessions, capsys):
     assert main(["train", "--algo.loss-agg", "sum"]) == 2
     assert main(["train", "--no-such-flag", "1"]) == 2
