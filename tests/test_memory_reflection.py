@@ -73,3 +73,13 @@ def test_instruction_asks_for_the_paper_contents():
     text = TIP_INSTRUCTION.lower()
     for word in ("thank", "ended", "summarise", "found out", "how far", "single line", "100 words"):
         assert word in text
+
+
+def test_a_parroted_instruction_is_not_stored_as_a_tip():
+    ep = _episode()
+    # What SmolLM2-135M wrote in a real run: its prompt, paraphrased back.
+    assert clean_tip("This trajectory has ended. Answer in a single line, with nothing else.", ep).startswith(FALLBACK_PREFIX)
+    assert clean_tip(TIP_INSTRUCTION, ep).startswith(FALLBACK_PREFIX)
+    # A real tip that shares a few words with the instruction is kept.
+    assert clean_tip("The green light bulb is in the kitchen; go there first.", ep) == (
+        "The green light bulb is in the kitchen; go there first.")

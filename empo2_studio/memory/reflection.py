@@ -7,8 +7,8 @@ recipe), answered by the exact sampled action tokens. `policy.write_tips` then a
 
 The reply is cleaned to one line of at most `MAX_TIP_WORDS` words: the first non-blank line,
 whitespace squeezed, a leading "Tip:"/"Summary:" label and wrapping quotes removed, cut at 100
-words. When nothing usable comes back (empty, or no letter or digit at all), the tip is a
-deterministic fallback that says so: "[no tip written by the model] The episode ended with score
+words. When nothing usable comes back (empty, no letter or digit at all, or an echo of the
+instruction — a small model often repeats the prompt), the tip is a deterministic fallback that says so: "[no tip written by the model] The episode ended with score
 R/100 after N steps; last actions: a; b; c."
 """
 
@@ -62,9 +62,19 @@ def clean_tip(reply: str | None, episode: Episode) -> str:
     """One line of ≤ 100 words from the model's reply, or the deterministic fallback summary."""
     line = _first_line(reply or "")
     line = _LABEL.sub("", line).strip().strip(_QUOTES).strip()
-    if not re.search(r"[A-Za-z0-9]", line):
+    if not re.search(r"[A-Za-z0-9]", line) or _echoes_instruction(line):
         return fallback_tip(episode)
     return _cap_words(line)
+
+
+_INSTRUCTION_WORDS = frozenset(re.findall(r"[a-z0-9]+", TIP_INSTRUCTION.lower()))
+
+
+def _echoes_instruction(line: str) -> bool:
+    """True when most of the reply's words come from the instruction itself (the prompt parroted back):
+    stored as a tip it would teach nothing and would be retrieved into later prompts."""
+    words = re.findall(r"[a-z0-9]+", line.lower())
+    return len(words) >= 3 and sum(w in _INSTRUCTION_WORDS for w in words) / len(words) >= 0.6
 
 
 def fallback_tip(episode: Episode) -> str:
