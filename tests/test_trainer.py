@@ -15,6 +15,7 @@ import torch
 
 from empo2_studio.config import EnvConfig, MemoryConfig, RolloutConfig, RunConfig, TrainConfig
 from empo2_studio.memory import make_embedder
+from empo2_studio.rollout.episodes import KEY_TAIL_CHARS
 from empo2_studio.sessions import Session
 from empo2_studio.trainer import MODE_CODE, Trainer
 from empo2_studio.types import Episode, Step
@@ -293,7 +294,7 @@ def test_real_model_off_policy_step_on_trap(tmp_path, real_policy):
     )
     session = Session.create(tmp_path / "sessions", cfg)
     trainer = Trainer(cfg, session, policy=real_policy, embedder=make_embedder("minilm"))
-    # A tip whose key is the episode's own opening makes retrieval certain (similarity ≈ 1 > 0.5).
+    # A tip keyed on the first step's query text (the tail of the opening) makes retrieval certain.
     from empo2_studio.envs.trap import TrapEnv
     from empo2_studio.policy import prompts
 
@@ -301,9 +302,14 @@ def test_real_model_off_policy_step_on_trap(tmp_path, real_policy):
     obs = env.reset("trap-light-bulb", 0)
     opening = prompts.conversation_text([(prompts.first_user_message("trap", obs, env.fewshot_examples("trap-light-bulb")), "")])
     trainer.store.add_tip("trap-light-bulb", 0, "The bulbs in the hallway are decoys; look in other rooms first.",
-                          score=50.0, key_text=opening)  # fmt: skip
+                          score=50.0, key_text=opening[-KEY_TAIL_CHARS:])  # fmt: skip
     before = _named(real_policy)
-    report = trainer.step(forced_mode="off-policy")
+    # A group whose returns happen to be all equal carries no gradient (every advantage is 0): play
+    # further iterations until one has a learning signal (seeded, so the same count each run).
+    for _ in range(4):
+        report = trainer.step(forced_mode="off-policy")
+        if "train/no_signal" not in report.metrics:
+            break
     m = report.metrics
     assert not report.skipped_update and all(v == v for v in m.values()), m  # no NaN anywhere
     assert "train/no_signal" not in m and m["grad/norm"] > 0, m
