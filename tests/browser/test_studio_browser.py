@@ -136,6 +136,8 @@ def test_stop_ends_a_training_run(page, studio_url):
 def test_adapt_and_sessions_tabs(page, studio_url, artifacts):
     page.goto(studio_url)
     open_tab(page, "Adapt (OOD)")
+    # the unseen-task choices arrive with the page's load event: start only once one is selected
+    page.wait_for_function("document.querySelector('#ad-task input').value !== ''")
     page.locator("#ad-start").click()
     page.locator("#ad-status").get_by_text(re.compile(r"\[done\]")).wait_for()
     page.locator("#ad-checksum").get_by_text("weights untouched").wait_for()
