@@ -108,6 +108,7 @@ def adapt(
         episodes = play_group(
             envs, trainer.policy, trainer.store, task=task, variation=variation, split="train",
             rollout_mode=mode, update_mode=None, temperature=cfg.rollout.train_temperature, seed=cfg.seed,
+            keep_caches=True,
         )  # fmt: skip
         episodes = write_group_tips(trainer.policy, trainer.store, episodes)
         row = {

@@ -191,7 +191,7 @@ class Trainer:
             self.envs(self.cfg.rollout.group_size), self.policy, self.store, task=task, variation=variation,
             split="train", rollout_mode=rollout_mode_of(mode), update_mode=mode,
             temperature=self.cfg.rollout.train_temperature, seed=self.cfg.seed * 1_000_003 + self.iteration,
-            embedder=self.embedder, novelty=self.novelty(task, variation), timings=timings,
+            embedder=self.embedder, novelty=self.novelty(task, variation), timings=timings, keep_caches=True,
         )  # fmt: skip
         return write_group_tips(self.policy, self.store, episodes, timings=timings)
 
@@ -338,7 +338,8 @@ class Trainer:
         """A trainer continuing `session` from its latest complete checkpoint.
 
         Loads the adapter (the policy refuses one saved for another base model), the optimizer state,
-        the RNG state and the novelty memories; tips and episodes recorded after that checkpoint stay.
+        the RNG state and the novelty memories; tips and episodes recorded after that checkpoint stay,
+        metrics rows of the iterations after it are superseded (`Session.mark_resumed`).
 
         Raises:
             ValueError: the session has no checkpoint, or the checkpoint belongs to another base model.
@@ -354,6 +355,7 @@ class Trainer:
         trainer.rng.setstate(state["rng"])
         trainer.optimizer.load_state_dict(state["optimizer"])
         trainer._novelty = pickle.loads(state["novelty"])
+        session.mark_resumed(trainer.iteration)
         return trainer
 
 

@@ -1,11 +1,11 @@
-"""Reflection: conversation building (tips appended raw), cleaning to one line ≤ 100 words, fallback."""
+"""Reflection: conversation building (the prompts as sampled), cleaning to one line ≤ 100 words, fallback."""
 
 from __future__ import annotations
 
 import pytest
 
 from empo2_studio.memory.reflection import FALLBACK_PREFIX, TIP_INSTRUCTION, clean_tip, episode_turns, write_tips
-from empo2_studio.policy import Turn
+from empo2_studio.policy import Turn, prompts
 from empo2_studio.types import ActionSample, Episode, RetrievedTip, Step
 
 
@@ -29,18 +29,21 @@ class FakeTipWriter:
     def __init__(self, replies):
         self.replies, self.calls = replies, []
 
-    def write_tips(self, conversations, instruction):
+    def write_tips(self, conversations, instruction, *, keys=None):
         self.calls.append((conversations, instruction))
+        self.keys = keys
         return list(self.replies)
 
 
-def test_turns_append_tip_texts_raw_and_keep_token_ids():
-    turns = episode_turns(_episode())
+def test_turns_are_the_prompts_as_sampled_and_keep_token_ids():
+    ep = _episode()
+    turns = episode_turns(ep)
     assert turns == (
         Turn("user 0", (10, 20), ("look around", "wait")),
-        Turn("user 1\n\ntip one\ntip two", (11, 21), ("open door", "wait")),
+        Turn(prompts.with_tips("user 1", ep.steps[1].tips), (11, 21), ("open door", "wait")),
         Turn("user 2", (12, 22), ("go kitchen", "wait")),
     )
+    assert "tip one" in turns[1].user_text and "tip two" in turns[1].user_text
 
 
 def test_write_tips_one_batched_call_and_cleaning():
@@ -49,6 +52,7 @@ def test_write_tips_one_batched_call_and_cleaning():
     assert len(policy.calls) == 1
     conversations, instruction = policy.calls[0]
     assert instruction == TIP_INSTRUCTION and len(conversations) == 2
+    assert policy.keys == [_episode().episode_id] * 2  # episode ids name the sampling caches to reuse
     assert tips[0] == "The door is locked; find a key."
     assert tips[1] == (f"{FALLBACK_PREFIX} The episode ended with score -100.0/100 after 3 steps; "
                        "last actions: look around; open door; go kitchen.")

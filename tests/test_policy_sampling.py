@@ -100,6 +100,42 @@ def test_write_tips_returns_one_text_per_conversation():
     assert again[0] == tips[0]  # greedy and left padding do not change the text
 
 
+def test_write_tips_equal_greedy_generate_and_reuse_kept_caches():
+    """Reference: transformers' greedy `generate` on the same prompt, cut at the end of the first line."""
+    policy = build_tiny_policy("constrained", seed=3, max_tip_tokens=12)
+    convs = _play(policy, ["a", "b"], steps=2)  # leaves the caches of "a" and "b" in the sampler
+    assert {"a", "b"} <= set(policy.sampler.states)
+    instruction = "Summarise the episode in one line."
+    fed = policy.sampler.tokens_processed
+    kept = policy.write_tips([convs["a"], convs["b"]], instruction, keys=["a", "b"])
+    fed_kept = policy.sampler.tokens_processed - fed
+    assert not {"a", "b"} & set(policy.sampler.states)  # dropped after the tips
+    fed = policy.sampler.tokens_processed
+    fresh = policy.write_tips([convs["a"], convs["b"]], instruction)
+    assert kept == fresh
+    assert fed_kept < policy.sampler.tokens_processed - fed  # the kept caches saved re-reading the episodes
+    newline, blank = policy._newline_ids()
+    for conv, text in zip((convs["a"], convs["b"]), kept):
+        prompt = policy.prompt_ids(list(conv) + [Turn(instruction, None)])
+        ref = policy.model.generate(
+            input_ids=torch.tensor([prompt]), max_new_tokens=12, do_sample=False, pad_token_id=0,
+            eos_token_id=[policy.chat_format.eot_id],
+        )[0, len(prompt):].tolist()  # fmt: skip
+        cut, started = len(ref), False
+        for i, tok in enumerate(ref):
+            if tok == policy.chat_format.eot_id or (tok in newline and (started or tok not in blank)):
+                cut = i + 1
+                break
+            started = started or tok not in blank
+        assert text == policy.tokenizer.decode(ref[:cut], skip_special_tokens=True).strip()
+
+
+def test_write_tips_rejects_mismatched_keys(tiny_policy):
+    conv = [Turn(FIRST, tiny_policy.chat_format.encode("look around"), VALID)]
+    with pytest.raises(ValueError, match="got 1 keys for 2 conversations"):
+        tiny_policy.write_tips([conv, conv], "x", keys=["a"])
+
+
 def _uneven_requests(policy, steps_by_key):
     """Requests whose episodes have different history lengths (answered turns = steps_by_key[k])."""
     fmt = policy.chat_format

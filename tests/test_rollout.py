@@ -62,6 +62,16 @@ def _group(policy, store, mode, *, n=3, limit=4, **kw):
     )  # fmt: skip
 
 
+def test_caches_are_dropped_at_episode_end_unless_kept_for_the_tips(tiny_policy, store):
+    tiny_policy.clear_cache()
+    episodes = _group(tiny_policy, None, "naive", n=2, limit=3)
+    assert not tiny_policy.sampler.states
+    episodes = _group(tiny_policy, None, "naive", n=2, limit=3, keep_caches=True)
+    assert set(tiny_policy.sampler.states) == {ep.episode_id for ep in episodes}
+    with_tips = write_group_tips(tiny_policy, store, episodes)
+    assert not tiny_policy.sampler.states and all(ep.tip for ep in with_tips)
+
+
 def test_one_batched_sample_call_per_step_over_running_episodes(tiny_policy):
     spy = SpyPolicy(tiny_policy)
     episodes = _group(spy, None, "naive", n=3, limit=4)
@@ -114,6 +124,53 @@ def test_memory_mode_retrieves_every_step_and_records_both_prompts(tiny_policy, 
             assert s.tips[0].text in with_tips_message(s)
     # What the policy saw at step 0 is exactly the with-tips rendering of the recorded step.
     assert spy.calls[0][0].turns[-1].user_text == with_tips_message(memory[0].steps[0])
+
+
+class SpyStore:
+    """Wraps a real TipStore and records every batched retrieval (a spy, not a fake)."""
+
+    def __init__(self, inner):
+        self.inner, self.batches = inner, []
+
+    def retrieve_batch(self, task, variation, queries):
+        self.batches.append(list(queries))
+        return self.inner.retrieve_batch(task, variation, queries)
+
+
+def test_memory_queries_of_a_lock_step_are_embedded_in_one_batch(tiny_policy, store):
+    write_group_tips(tiny_policy, store, _group(tiny_policy, None, "naive", n=2, limit=3))
+    spy = SpyStore(store)
+    memory = _group(tiny_policy, spy, "memory", n=3, limit=3)
+    assert [len(b) for b in spy.batches] == [sum(1 for ep in memory if len(ep.steps) > t) for t in range(len(spy.batches))]
+    for t, batch in enumerate(spy.batches):
+        running = [ep for ep in memory if len(ep.steps) > t]
+        for ep, query in zip(running, batch):
+            pairs = [(s.user_message, s.sample.text) for s in ep.steps[:t]]
+            assert query == prompts.conversation_text([*pairs, (ep.steps[t].user_message, "")])[-KEY_TAIL_CHARS:]
+            # the batch gives what one query at a time gives
+            assert tuple(store.retrieve(TASK, 0, query)) == ep.steps[t].tips
+
+
+def test_tips_of_memory_episodes_reuse_their_sampling_caches(tiny_policy, store):
+    from empo2_studio.memory.reflection import TIP_INSTRUCTION, episode_turns
+    from empo2_studio.policy import Turn
+
+    write_group_tips(tiny_policy, store, _group(tiny_policy, None, "naive", n=2, limit=3))
+    tiny_policy.clear_cache()
+    memory = _group(tiny_policy, store, "memory", n=2, limit=3, keep_caches=True)
+    assert all(s.tips for ep in memory for s in ep.steps)
+    fed = tiny_policy.sampler.tokens_processed
+    write_group_tips(tiny_policy, store, memory)
+    fed = tiny_policy.sampler.tokens_processed - fed
+    # Reused: only what follows each episode's last sampling prompt (its last action, the instruction)
+    # and the tip's own tokens go through the model, not the tip-heavy conversations again.
+    new = 0
+    for ep in memory:
+        turns = episode_turns(ep)
+        last_prompt = tiny_policy.prompt_ids([*turns[:-1], Turn(turns[-1].user_text, None, ep.steps[-1].valid_actions)])
+        new += len(tiny_policy.prompt_ids([*turns, Turn(TIP_INSTRUCTION, None)])) - len(last_prompt)
+    assert fed <= new + len(memory) * tiny_policy.max_tip_tokens
+    assert fed < sum(len(tiny_policy.prompt_ids(episode_turns(ep))) for ep in memory) / 2
 
 
 def test_memory_mode_needs_a_store(tiny_policy):

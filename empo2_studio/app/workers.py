@@ -53,11 +53,13 @@ def side_by_side(
     job.update(message="playing")
     naive, memory = play_side_by_side(
         envs, policy, store, task=task, variation=variation, split=split, seed=seed,
-        temperature=temperature, on_step=on_step, write_tips=False,
+        temperature=temperature, on_step=on_step, write_tips=False, keep_caches=True,
     )  # fmt: skip
     # Reflection is a separate phase so the UI can say what the model is doing meanwhile, and so a
     # Stop pressed while the episodes play (they cannot be cut mid-run) skips it.
     if job.stop_requested:
+        for episode in (naive, memory):
+            policy.forget(episode.episode_id)  # the caches kept for the tips that are not written
         job.update(message="episodes saved, no tips written")
     else:
         job.update(message="both episodes finished; the model is writing their tips")

@@ -1,9 +1,12 @@
 """Reflection: the policy writes one tip about each finished episode (paper §2).
 
-Each episode's conversation is rebuilt as policy `Turn`s: every step's user message, with the
-texts of the tips retrieved at that step appended raw (no `<tip>` tags, as in the authors'
-recipe), answered by the exact sampled action tokens. `policy.write_tips` then answers
-`TIP_INSTRUCTION` as a new user message after that conversation.
+Each episode's conversation is rebuilt as policy `Turn`s exactly as the policy saw it while acting:
+every step's user message with that step's retrieved-tips block (`prompts.with_tips`), answered by
+the exact sampled action tokens. `policy.write_tips` then answers `TIP_INSTRUCTION` as a new user
+message after that conversation. Departure: the authors' recipe appends the retrieved tip texts raw
+here; showing the same text the policy acted on lets the reflection reuse the episode's sampling KV
+cache instead of re-reading a memory episode's whole, tip-heavy conversation (measured: a memory
+iteration's tip writing dominated its wall time).
 
 The reply is cleaned to one line of at most `MAX_TIP_WORDS` words: the first non-blank line,
 whitespace squeezed, a leading "Tip:"/"Summary:" label and wrapping quotes removed, cut at 100
@@ -17,8 +20,8 @@ from __future__ import annotations
 import re
 from typing import Sequence
 
-from empo2_studio.policy import Policy, Turn
-from empo2_studio.types import Episode, Step
+from empo2_studio.policy import Policy, Turn, prompts
+from empo2_studio.types import Episode
 
 MAX_TIP_WORDS = 100
 FALLBACK_PREFIX = "[no tip written by the model]"
@@ -36,9 +39,13 @@ _QUOTES = "\"'`“”‘’"
 
 
 def episode_turns(episode: Episode) -> tuple[Turn, ...]:
-    """The episode's conversation as turns: user message (+ raw tip texts) → sampled action ids."""
+    """The episode's conversation as turns: user message (+ its tips block) → sampled action ids."""
     return tuple(
-        Turn(user_text=_user_text(step), action_ids=tuple(step.sample.token_ids), valid_actions=step.valid_actions)
+        Turn(
+            user_text=prompts.with_tips(step.user_message, step.tips),
+            action_ids=tuple(step.sample.token_ids),
+            valid_actions=step.valid_actions,
+        )
         for step in episode.steps
     )
 
@@ -52,7 +59,10 @@ def write_tips(policy: Policy, episodes: Sequence[Episode]) -> list[str]:
     """
     if not episodes:
         return []
-    replies = policy.write_tips([episode_turns(e) for e in episodes], TIP_INSTRUCTION)
+    # Episode ids are the rollout's sampling keys: episodes played with `keep_caches` reuse their cache.
+    replies = policy.write_tips(
+        [episode_turns(e) for e in episodes], TIP_INSTRUCTION, keys=[e.episode_id for e in episodes]
+    )
     if len(replies) != len(episodes):
         raise ValueError(f"policy.write_tips returned {len(replies)} tips for {len(episodes)} episodes")
     return [clean_tip(r, e) for r, e in zip(replies, episodes)]
@@ -86,12 +96,6 @@ def fallback_tip(episode: Episode) -> str:
         f"after {len(episode.steps)} steps{tail}."
     )
     return _cap_words(text)
-
-
-def _user_text(step: Step) -> str:
-    if not step.tips:
-        return step.user_message
-    return step.user_message + "\n\n" + "\n".join(t.text for t in step.tips)
 
 
 def _first_line(text: str) -> str:

@@ -72,8 +72,11 @@ class Policy(Protocol):
         """
         ...
 
-    def write_tips(self, conversations: Sequence[Sequence[Turn]], instruction: str) -> list[str]:
-        """Let the policy summarise each finished conversation in one line (the reflection step)."""
+    def write_tips(
+        self, conversations: Sequence[Sequence[Turn]], instruction: str, *, keys: Sequence[str] | None = None
+    ) -> list[str]:
+        """Let the policy summarise each finished conversation in one line (the reflection step).
+        `keys`: the episodes' sampling keys, so a kept KV cache is reused (then dropped)."""
         ...
 
     def trainable_parameters(self) -> list[Any]:

@@ -5,13 +5,14 @@ score   — exact per-token log-probs of the sampled actions, packed: one forwar
           (turn t's prompt is a prefix of turn t+1's), instead of one forward per turn over its whole
           history (the recipe's layout); constrained decoding rebuilds its masks from the turns'
           valid actions, so an unchanged policy re-scores its own samples with ratio 1;
-write_tips — free-text reflection after an episode (paper §2);
+write_tips — free-text reflection after an episode (paper §2), through the same cached sampler;
 adapter I/O — PEFT directory format.
 """
 
 from __future__ import annotations
 
 import json
+import uuid
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -213,35 +214,38 @@ class HFPolicy:
 
     # ---------------------------------------------------------------- reflection
 
-    @torch.no_grad()
-    def write_tips(self, conversations: Sequence[Sequence[Turn]], instruction: str) -> list[str]:
-        """Greedy free text (≤ max_tip_tokens, up to the first line break) answering `instruction`
-        after each conversation, batched with left padding; returns the raw decoded texts (paper §2)."""
+    def write_tips(
+        self, conversations: Sequence[Sequence[Turn]], instruction: str, *, keys: Sequence[str] | None = None
+    ) -> list[str]:
+        """Greedy free text (≤ max_tip_tokens, up to the end of its first line) answering `instruction`
+        after each conversation, all in one batch; returns the raw decoded texts (paper §2).
+
+        `keys` names each conversation's episode: an episode whose sampling KV cache is still kept
+        (see `rollout.play_group(keep_caches=True)`) only feeds its last action and the instruction
+        instead of its whole conversation again. The caches of `keys` are dropped afterwards.
+        Raises ValueError on an empty batch or a `keys` list of another length.
+        """
         if not conversations:
             raise ValueError("write_tips() needs at least one conversation, got an empty batch")
+        if keys is not None and len(keys) != len(conversations):
+            raise ValueError(f"write_tips() got {len(keys)} keys for {len(conversations)} conversations")
+        # Keys of episodes without a kept cache start fresh (sharing the batch's common prefix).
+        keys = list(keys) if keys is not None else [f"tip-{uuid.uuid4().hex}" for _ in conversations]
         prompts = [self.prompt_ids(list(conv) + [Turn(instruction, None)]) for conv in conversations]
-        width = max(len(p) for p in prompts)
-        pad = self.tokenizer.pad_token_id
-        ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=self.device)
-        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=self.device)
-        stop = [t for t in (self.chat_format.eot_id, self.tokenizer.eos_token_id) if t is not None]
+        newline, blank = self._newline_ids()
+        stop = frozenset(t for t in (self.chat_format.eot_id, self.tokenizer.eos_token_id) if t is not None)
         was_training = self.model.training
         self.model.eval()
         try:
-            gen = self.model.generate(
-                input_ids=ids,
-                attention_mask=mask,
-                max_new_tokens=self.max_tip_tokens,
-                do_sample=False,
-                eos_token_id=stop,
-                pad_token_id=pad,
-                # A tip is one line: stopping at its end saves most of the decoding on a CPU.
-                stop_strings=["\n"],
-                tokenizer=self.tokenizer,
-            )
+            results = self.sampler.sample_batch(
+                keys, prompts, [None] * len(prompts), temperature=0.0, max_tokens=self.max_tip_tokens,
+                stop_ids=stop, newline_ids=newline, blank_ids=blank, generator=self.generator,
+            )  # fmt: skip
         finally:
             self.model.train(was_training)
-        return [self.tokenizer.decode(row[width:], skip_special_tokens=True).strip() for row in gen]
+            for key in keys:
+                self.sampler.forget(key)
+        return [self.tokenizer.decode(ids, skip_special_tokens=True).strip() for ids, _ in results]
 
     # ---------------------------------------------------------------- adapter
 

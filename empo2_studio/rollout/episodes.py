@@ -56,6 +56,7 @@ class _Live:
     index: int
     env: TextEnv
     key: str
+    """The policy's sampling-cache key, and the episode's `episode_id`."""
     rollout_mode: RolloutMode
     obs: Observation
     step_limit: int
@@ -86,6 +87,7 @@ def play_group(
     on_step: StepCallback | None = None,
     group_id: str | None = None,
     timings: Timings | None = None,
+    keep_caches: bool = False,
 ) -> list[Episode]:
     """Play `len(envs)` episodes of one task variation in lock-step (the GRPO group).
 
@@ -103,6 +105,8 @@ def play_group(
         on_step: streaming callback `(episode_index, Step)`.
         group_id: shared by the episodes (a fresh id when None).
         timings: accumulates sampling / env / memory seconds.
+        keep_caches: keep each episode's sampling KV cache (under its `episode_id`) after it ends, so
+            `write_group_tips` right after feeds only the reflection prompt; otherwise dropped at once.
 
     Returns:
         The episodes in env order, each with `steps`, final `score` (−100 … 100) and `won`.
@@ -115,6 +119,7 @@ def play_group(
         envs, policy, store, modes, task=task, variation=variation, split=split, update_mode=update_mode,
         temperature=temperature, seed=seed, embedder=embedder, novelty=novelty, on_step=on_step,
         group_id=group_id if group_id is not None else uuid.uuid4().hex[:12], timings=timings,
+        keep_caches=keep_caches,
     )  # fmt: skip
 
 
@@ -131,11 +136,13 @@ def play_side_by_side(
     on_step: Callable[[RolloutMode, Step], None] | None = None,
     write_tips: bool = True,
     timings: Timings | None = None,
+    keep_caches: bool = False,
 ) -> tuple[Episode, Episode]:
     """A naive and a memory episode of the same task/variation/seed, played at the same time.
 
     One batched sample call per step over both; each step is streamed as `on_step(side, step)` with
     side "naive" or "memory". Afterwards both episodes write their tips (when `write_tips`).
+    `keep_caches` as in `play_group` (for a caller that writes the tips itself).
 
     Returns:
         (naive_episode, memory_episode), `update_mode` None (demo episodes are not trained on).
@@ -150,7 +157,7 @@ def play_side_by_side(
     naive, memory = _play(
         envs[:2], policy, store, modes, task=task, variation=variation, split=split, update_mode=None,
         temperature=temperature, seed=seed, embedder=None, novelty=None, on_step=callback,
-        group_id="", timings=timings,
+        group_id="", timings=timings, keep_caches=keep_caches or write_tips,
     )  # fmt: skip
     if write_tips:
         naive, memory = write_group_tips(policy, store, [naive, memory], timings=timings)
@@ -164,7 +171,7 @@ def write_group_tips(
 
     The tip of each episode goes into `store.add_episode_tips(episode, tip, key_text)` (one entry per
     step); `key_text` is the episode's final tip-free conversation. Episodes whose cleaned tip is empty
-    store nothing.
+    store nothing. Sampling caches kept for the episodes (`keep_caches`) are reused, then dropped.
 
     Returns:
         The episodes with `tip` set (same order).
@@ -231,19 +238,23 @@ def _play(
     on_step: StepCallback | None,
     group_id: str,
     timings: Timings | None,
+    keep_caches: bool = False,
 ) -> list[Episode]:
     if not envs:
         raise ValueError("play_group needs at least one env instance, got none")
     if "memory" in modes and store is None:
         raise ValueError("memory rollouts need a tip store; got store=None")
     timings = timings if timings is not None else Timings()
-    live = _start(envs, modes, task, variation, timings)
+    live = _start(envs, modes, task, variation, timings, prefix=group_id or "ep")
     while running := [ep for ep in live if not ep.done]:
         _advance(running, policy, store, task, variation, temperature, embedder, novelty, on_step, timings)
+        for ep in running:
+            if ep.done and not keep_caches:
+                policy.forget(ep.key)
     now = time.time()
     return [
         Episode(
-            episode_id=f"{group_id or 'ep'}-{uuid.uuid4().hex[:8]}-{ep.index}",
+            episode_id=ep.key,
             env=envs[ep.index].name, task=task, variation=variation, split=split,
             rollout_mode=ep.rollout_mode, update_mode=update_mode, decoding=policy.decoding,
             temperature=temperature, seed=seed, steps=tuple(ep.steps), score=ep.obs.score, won=ep.won,
@@ -254,7 +265,7 @@ def _play(
 
 
 def _start(
-    envs: Sequence[TextEnv], modes: Sequence[RolloutMode], task: str, variation: int, timings: Timings
+    envs: Sequence[TextEnv], modes: Sequence[RolloutMode], task: str, variation: int, timings: Timings, prefix: str
 ) -> list[_Live]:
     t0 = time.perf_counter()
     live = []
@@ -262,7 +273,7 @@ def _start(
         obs = env.reset(task, variation)
         live.append(
             _Live(
-                index=i, env=env, key=uuid.uuid4().hex, rollout_mode=mode, obs=obs,
+                index=i, env=env, key=f"{prefix}-{uuid.uuid4().hex[:8]}-{i}", rollout_mode=mode, obs=obs,
                 step_limit=env.step_limit(task), fewshot=tuple(env.fewshot_examples(task)),
             )  # fmt: skip
         )
@@ -283,15 +294,11 @@ def _advance(
     timings: Timings,
 ) -> None:
     """One lock-step: prompt every running episode, sample once for all, execute, record."""
-    messages, tips = [], []
-    for ep in running:
-        user = (
-            prompts.first_user_message(ep.env.name, ep.obs, ep.fewshot)
-            if not ep.steps
-            else prompts.step_user_message(ep.obs)
-        )
-        messages.append(user)
-        tips.append(_retrieve(store, ep, user, task, variation, timings))
+    messages = [
+        prompts.first_user_message(ep.env.name, ep.obs, ep.fewshot) if not ep.steps else prompts.step_user_message(ep.obs)
+        for ep in running
+    ]
+    tips = _retrieve(store, running, messages, task, variation, timings)
     requests = [
         ActionRequest(
             key=ep.key,
@@ -319,19 +326,23 @@ def _advance(
         ep.won = result.won
         if result.done or len(ep.steps) >= ep.step_limit:
             ep.done = True
-            policy.forget(ep.key)
         if on_step is not None:
             on_step(ep.index, step)
 
 
 def _retrieve(
-    store: Any | None, ep: _Live, user: str, task: str, variation: int, timings: Timings
-) -> list[RetrievedTip]:
-    if ep.rollout_mode != "memory":
-        return []
+    store: Any | None, running: list[_Live], messages: list[str], task: str, variation: int, timings: Timings
+) -> list[list[RetrievedTip]]:
+    """Tips for every running episode's next prompt: none for naive episodes; the memory episodes'
+    queries (their tip-free conversation so far plus the new message) embedded in one batch."""
+    found: list[list[RetrievedTip]] = [[] for _ in running]
+    wanted = [i for i, ep in enumerate(running) if ep.rollout_mode == "memory"]
+    if not wanted:
+        return found
     t0 = time.perf_counter()
-    query = _cap(prompts.conversation_text([*ep.pairs, (user, "")]))
-    found = list(store.retrieve(task, variation, query))
+    queries = [_cap(prompts.conversation_text([*running[i].pairs, (messages[i], "")])) for i in wanted]
+    for i, tips in zip(wanted, store.retrieve_batch(task, variation, queries)):
+        found[i] = list(tips)
     timings.add("memory", t0)
     return found
 
