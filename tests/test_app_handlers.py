@@ -6,7 +6,6 @@ import threading
 import time
 
 import gradio as gr
-import pandas as pd
 import pytest
 
 from empo2_studio.app import charts, handlers as h, render, sessions_tab as st, tips_handlers as th
@@ -104,6 +103,28 @@ def test_model_jobs_are_serialised():
     assert overlap == [1, 1, 1]
 
 
+def test_a_reloaded_page_attaches_to_the_newest_running_job_of_its_session():
+    class FakeStudio:
+        jobs = JobRegistry()
+
+    release = threading.Event()
+    studio = FakeStudio()
+    old = studio.jobs.start("train", lambda j: release.wait(5), uses_model=False, run_id="a")
+    new = studio.jobs.start("distill", lambda j: release.wait(5), uses_model=False, run_id="a")
+    other = studio.jobs.start("train", lambda j: release.wait(5), uses_model=False, run_id="b")
+    try:
+        job_id, timer, seen = h.attach_running(studio, "a", ("train", "distill"))
+        assert (job_id, seen) == (new.job_id, -1) and timer.active
+        assert h.attach_running(studio, "b", ("train",))[0] == other.job_id
+        job_id, timer, _ = h.attach_running(studio, "a", ("adapt",))
+        assert job_id is None and not timer.active
+    finally:
+        release.set()
+    for job in (old, new, other):
+        studio.jobs.wait(job.job_id, 5)
+    assert h.attach_running(studio, "a", ("train", "distill"))[0] is None  # finished jobs are not picked up
+
+
 # ---- charts and rendering --------------------------------------------------------------------------
 def test_episode_chart_has_one_line_per_side():
     fig = charts.episode_scores_figure({"naive": [0, 10], "memory": [5, 25, 50]})
@@ -138,6 +159,32 @@ def test_step_card_escapes_text_and_marks_correction():
 
 
 # ---- episodes tab ----------------------------------------------------------------------------------
+def test_page_load_during_model_preparation_does_not_deadlock(tmp_path):
+    """The model job holds the load lock and opens a session; a page load meanwhile opens the tip
+    store (session lock, then the embedder). Seen as a hang with the real model on a loaded CPU."""
+    from empo2_studio.policy import build_tiny_policy
+
+    s = Studio(tmp_path, env="trap", policy="tiny", embedder="hash", config=small_cfg())
+    in_load = threading.Event()
+    policy = build_tiny_policy()  # built up front: the threads below only wait on each other
+
+    def slow_load():
+        in_load.set()
+        time.sleep(0.5)  # the page load arrives while the model is still loading
+        s.session(s.default_run_id)
+        return policy
+
+    s._load_policy = slow_load
+    model = threading.Thread(target=s.policy, daemon=True)
+    model.start()
+    in_load.wait(5)
+    page = threading.Thread(target=s.store, args=(s.default_run_id,), daemon=True)
+    page.start()
+    model.join(120), page.join(120)  # a deadlock never ends; a loaded CI box can be slow
+    assert not model.is_alive() and not page.is_alive(), "studio locks deadlocked"
+    s.close()
+
+
 def test_env_change_preselects_the_session_task(studio):
     tasks, variations = h.env_changed(studio, "trap", "train", RUN)
     assert tasks.value == TASK and variations.value == studio.meta_env("trap").variations(TASK, "train")[0]

@@ -47,6 +47,14 @@ def job_status_html(job: Job | None) -> str:
     return render.progress_html(job.progress, f"[{job.status}] {text}")
 
 
+def attach_running(studio: Any, run_id: str, kinds: Sequence[str]) -> tuple[str | None, Any, int]:
+    """On page load: the newest unfinished job of `kinds` on this session, so a reloaded page keeps
+    showing (and can stop) the work it started. Returns (job_id or None, timer, seen=-1)."""
+    running = [j for j in studio.jobs.running(run_id=run_id) if j.kind in kinds]  # oldest first
+    job = running[-1] if running else None
+    return (job.job_id if job else None), gr.Timer(active=job is not None), -1
+
+
 def timer_for(job: Job | None) -> gr.Timer:
     """Keep polling while the job runs; stop the timer once it has finished."""
     return gr.Timer(active=job is not None and not job.finished)
@@ -99,7 +107,7 @@ def start_side_by_side(
     kwargs = dict(run_id=run_id, env_name=env_name, task=task, variation=int(variation), split=split,
                   seed=int(seed), temperature=temperature, checkpoint=checkpoint)
     job = studio.jobs.start("episodes", lambda j: workers.side_by_side(studio, j, **kwargs),
-                            label=f"side by side {task} v{variation}")
+                            label=f"side by side {task} v{variation}", run_id=run_id)
     return job.job_id, job_status_html(job), gr.Timer(active=True), -1
 
 
@@ -226,7 +234,7 @@ def start_training(studio: Any, run_id: str, *values: Any) -> tuple[str, str, st
         run_id = session.dir.name
     iterations = cfg.train.iterations
     job = studio.jobs.start("train", lambda j: workers.train(studio, j, run_id=run_id, iterations=iterations),
-                            label=f"train {run_id}")
+                            label=f"train {run_id}", run_id=run_id)
     return job.job_id, run_id, job_status_html(job), gr.Timer(active=True), -1
 
 
@@ -262,7 +270,7 @@ def start_distill(studio: Any, run_id: str, episode_ids: Sequence[str] | None) -
         raise ValueError("pick at least one memory episode to distill")
     ids = list(episode_ids)
     job = studio.jobs.start("distill", lambda j: workers.distill(studio, j, run_id=run_id, episode_ids=ids),
-                            label=f"distill {len(ids)} episode(s)")
+                            label=f"distill {len(ids)} episode(s)", run_id=run_id)
     return job.job_id, job_status_html(job), gr.Timer(active=True), -1
 
 
@@ -283,7 +291,7 @@ def start_adapt(studio: Any, run_id: str, checkpoint: str | None, task: str | No
         raise ValueError(f"trials must be ≥ 1, got {trials}")
     job = studio.jobs.start(
         "adapt", lambda j: workers.adapt(studio, j, run_id=run_id, checkpoint=checkpoint, task=task, trials=trials),
-        label=f"adapt to {task}",
+        label=f"adapt to {task}", run_id=run_id,
     )
     return job.job_id, job_status_html(job), gr.Timer(active=True), -1
 

@@ -31,6 +31,8 @@ class Job:
     kind: str
     """"episodes", "train", "distill", "adapt", "model", …"""
     label: str
+    run_id: str | None = None
+    """The session the job works on (None for the model preparation)."""
     status: JobStatus = "waiting"
     progress: float = 0.0
     """Fraction done, 0 … 1."""
@@ -95,6 +97,7 @@ class JobRegistry:
         *,
         label: str = "",
         uses_model: bool = True,
+        run_id: str | None = None,
     ) -> Job:
         """Run `fn(job)` in a new daemon thread and return the job at once.
 
@@ -104,7 +107,7 @@ class JobRegistry:
         log only).
         """
         with self._lock:
-            job = Job(job_id=f"{kind}-{next(self._ids)}", kind=kind, label=label or kind)
+            job = Job(job_id=f"{kind}-{next(self._ids)}", kind=kind, label=label or kind, run_id=run_id)
             self._jobs[job.job_id] = job
         threading.Thread(target=self._run, args=(job, fn, uses_model), name=job.job_id, daemon=True).start()
         return job
@@ -161,9 +164,12 @@ class JobRegistry:
         with self._lock:
             return list(self._jobs.values())
 
-    def running(self, kind: str | None = None) -> list[Job]:
-        """Unfinished jobs, optionally of one kind."""
-        return [j for j in self.jobs() if not j.finished and (kind is None or j.kind == kind)]
+    def running(self, kind: str | None = None, *, run_id: str | None = None) -> list[Job]:
+        """Unfinished jobs (oldest first), optionally of one kind and/or of one session."""
+        return [
+            j for j in self.jobs()
+            if not j.finished and (kind is None or j.kind == kind) and (run_id is None or j.run_id == run_id)
+        ]  # fmt: skip
 
     def stop(self, job_id: str | None) -> bool:
         """Ask a job to stop after its current step; False if there is no such unfinished job."""

@@ -35,7 +35,7 @@ def build_blocks(studio: Any) -> gr.Blocks:
         with gr.Tabs():
             with gr.Tab("Episodes", id="episodes", elem_id="tab-episodes"):
                 ep = _episodes_tab(studio, run_id)
-            with gr.Tab("Tips", id="tips", elem_id="tab-tips"):
+            with gr.Tab("Tips", id="tips", elem_id="tab-tips") as tips_tab:
                 tips = t.build_tips_tab(studio, run_id)
             with gr.Tab("Train", id="train", elem_id="tab-train") as train_tab:
                 tr = _train_tab(studio, run_id)
@@ -55,10 +55,14 @@ def build_blocks(studio: Any) -> gr.Blocks:
         # Episodes played elsewhere (Episodes tab, CLI) become distillable: list them when Train opens.
         train_tab.select(lambda rid: (_banner(studio, rid), gr.Dropdown(choices=h.distill_choices(studio, rid))),
                          [run_id], [session_md, tr["distill_ids"]], show_progress="hidden")
+        tips_tab.select(*tips["on_open"], show_progress="hidden")
         # Opening a session in the Sessions tab switches this browser's run id, then refreshes every tab.
         ses["opened"](refresh, refresh_outputs)
         tr["switched"](refresh, refresh_outputs)
         demo.load(partial(h.env_changed, studio), [ep["env"], ep["split"], run_id], [ep["task"], ep["variation"]])
+        # A reloaded page picks up the work still running on its session (its timer starts polling).
+        for tab, kinds in ((ep, ("episodes",)), (tr, ("train", "distill")), (ad, ("adapt",))):
+            demo.load(partial(h.attach_running, studio, kinds=kinds), [run_id], list(tab["poll"]))
     return demo
 
 
@@ -119,7 +123,8 @@ def _episodes_tab(studio: Any, run_id: gr.State) -> dict[str, Any]:
         _refresh_saved_when_done(studio), [run_id, job_id], saved, show_progress="hidden")
     stop.click(partial(h.stop_job, studio), [job_id], status)
     reopen.click(partial(h.open_pair, studio), [run_id, saved], [naive, memory, chart, status])
-    return {"env": env, "split": split, "task": task, "variation": variation, "checkpoint": checkpoint, "saved": saved}
+    return {"env": env, "split": split, "task": task, "variation": variation, "checkpoint": checkpoint, "saved": saved,
+            "poll": (job_id, timer, seen)}
 
 
 def _refresh_saved_when_done(studio: Any) -> Any:
@@ -174,7 +179,7 @@ def _train_tab(studio: Any, run_id: gr.State) -> dict[str, Any]:
     def switched(fn: Any, outputs: list[Any]) -> None:
         started.then(fn, [run_id], outputs)
 
-    return {"form": form, "plots": plots, "distill_ids": distill_ids, "switched": switched}
+    return {"form": form, "plots": plots, "distill_ids": distill_ids, "switched": switched, "poll": (job_id, timer, seen)}
 
 
 def _adapt_tab(studio: Any, run_id: gr.State) -> dict[str, Any]:
@@ -196,4 +201,4 @@ def _adapt_tab(studio: Any, run_id: gr.State) -> dict[str, Any]:
     timer.tick(partial(h.poll_adapt, studio), [job_id, seen], [chart, checksum, status, timer, seen],
                show_progress="hidden", concurrency_limit=None)
     stop.click(partial(h.stop_job, studio), [job_id], status)
-    return {"checkpoint": checkpoint, "task": task}
+    return {"checkpoint": checkpoint, "task": task, "poll": (job_id, timer, seen)}

@@ -82,6 +82,8 @@ class Studio:
         self._embedder: Any = None if isinstance(embedder, str) or embedder is None else embedder
         self._fresh_adapter: Path | None = None
         self.jobs = JobRegistry()
+        # Lock order: `_load_lock` (held while the model/embedder load, tens of seconds) may take `_lock`
+        # (sessions), never the reverse: code holding `_lock` gets the model and embedder first.
         self._lock = threading.RLock()
         self._load_lock = threading.Lock()
         self._sessions: dict[str, Any] = {}
@@ -155,7 +157,10 @@ class Studio:
             with self._load_lock:
                 if self._embedder is None:
                     name = self._embedder_spec or self.session(self.default_run_id).config.memory.embedder
-                    self._embedder = make_embedder(name)
+                    embedder = make_embedder(name)
+                    if hasattr(embedder, "load"):
+                        embedder.load()  # while the banner shows progress, not at the first retrieval
+                    self._embedder = embedder
         return self._embedder
 
     def policy(self) -> Any:
@@ -200,6 +205,7 @@ class Studio:
     # ---- per-session shared objects -------------------------------------------------------------
     def store(self, run_id: str) -> Any:
         """The session's `TipStore`, one per process (the Tips tab, episodes and training share it)."""
+        embedder = self.embedder()  # before `_lock` (lock order, see __init__)
         with self._lock:
             if run_id in self._trainers:
                 return self._trainers[run_id].store
@@ -207,7 +213,7 @@ class Studio:
                 from empo2_studio.memory import TipStore
 
                 session = self.session(run_id)
-                self._stores[run_id] = TipStore.open(session.tips_path, self.embedder(), session.config.memory)
+                self._stores[run_id] = TipStore.open(session.tips_path, embedder, session.config.memory)
             return self._stores[run_id]
 
     def meta_env(self, name: str) -> Any:
@@ -249,6 +255,7 @@ class Studio:
         A session without a checkpoint starts from the fresh adapter saved when the model was loaded,
         so it never inherits another session's weights.
         """
+        policy, embedder = self.policy(), self.embedder()  # before `_lock` (lock order, see __init__)
         with self._lock:
             current = self._trainers.get(run_id)
             if current is not None and self.loaded_adapter == f"{run_id}:trainer":
@@ -259,12 +266,12 @@ class Studio:
 
             session = self.session(run_id)
             self.check_compatible(session.config)
-            kw = {"policy": self.policy(), "embedder": self.embedder()}
+            kw = {"policy": policy, "embedder": embedder}
             if session.latest_checkpoint() is not None:
                 trainer = Trainer.resume(session, **kw)
             else:
                 if self.loaded_adapter is not None:
-                    self.policy().load_adapter(str(self._fresh_adapter))
+                    policy.load_adapter(str(self._fresh_adapter))
                 trainer = Trainer(session.config, session, **kw)
             self._stores.pop(run_id, None)  # one store per session: from now on the trainer's
             self._trainers[run_id] = trainer
@@ -291,6 +298,7 @@ class Studio:
         paths = {str(p): p for _, p in self.session(run_id).checkpoints()}
         if checkpoint not in paths:
             raise ValueError(f"unknown checkpoint {checkpoint!r} of session {run_id!r}; valid: {sorted(paths)}")
+        policy = self.policy()  # before `_lock` (lock order, see __init__)
         with self._lock:
             owner = self.loaded_adapter.split(":")[0] if self.loaded_adapter else None
             if self.loaded_adapter and self.loaded_adapter.endswith(":trainer") and owner in self._trainers:
@@ -298,7 +306,7 @@ class Studio:
                 stale.save_checkpoint()
                 stale.close()
                 self._stores[owner] = stale.store  # keep one store handle per session
-            self.policy().load_adapter(checkpoint)
+            policy.load_adapter(checkpoint)
             self.loaded_adapter = f"{run_id}:{checkpoint}"
 
     def adapter_checksum(self) -> str:

