@@ -162,6 +162,15 @@ def test_console_script_help_subprocess(tmp_path):
     assert done.returncode == 0 and "--algo.dual-clip" in done.stdout
     bad = subprocess.run([*cmd, "train", "--rollout.group-size", "1"], capture_output=True, text=True, env=env, timeout=120)
     assert bad.returncode == 2 and "group_size" in bad.stderr and "Traceback" not in bad.stderr
+    # a reader that has gone away (`… | head -1`) is not an error: exit 0, nothing on stderr
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # every write to the pipe now fails with EPIPE
+    try:
+        gone = subprocess.run([*cmd, "train", "--help"], stdout=write_end, stderr=subprocess.PIPE, text=True,
+                              env=env, timeout=120)  # fmt: skip
+    finally:
+        os.close(write_end)
+    assert gone.returncode == 0 and gone.stderr == ""
 
 
 def _save_tiny_model(directory: Path) -> None:
