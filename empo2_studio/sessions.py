@@ -170,9 +170,19 @@ class Session:
         """Append one metrics row (a flat dict of JSON values) to metrics.jsonl, durably."""
         self._append(METRICS, [row])
 
-    def metrics(self) -> list[dict[str, Any]]:
-        """Every complete metrics row, in order."""
-        return _read_jsonl(self.dir / METRICS)
+    def metrics(self, *, superseded: bool = False) -> list[dict[str, Any]]:
+        """The run's metrics history: complete rows in order.
+
+        A resume (`mark_resumed`) re-runs the iterations after its checkpoint, so rows written before
+        it for those iterations no longer describe the weights; they are left out here (and of every
+        chart), but stay in the file and come back with `superseded=True`.
+        """
+        rows = _read_jsonl(self.dir / METRICS)
+        return rows if superseded else current_history(rows)
+
+    def mark_resumed(self, iteration: int) -> None:
+        """Record that training continues from the checkpoint of `iteration` (a `kind: resume` row)."""
+        self.append_metrics({"iteration": int(iteration), "kind": "resume"})
 
     def last_metrics(self) -> dict[str, Any]:
         """The last complete metrics row ({} when none), read from the file's end only."""
@@ -311,6 +321,18 @@ def _last_newline_end(f: Any, size: int) -> int:
             return start + i + 1
         pos = start
     return 0
+
+
+def current_history(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`rows` without those superseded by a later resume marker: a `kind: resume` row at iteration k
+    drops the earlier rows of iterations > k (they were played with weights no checkpoint kept)."""
+    out: list[dict[str, Any]] = []
+    for row in rows:
+        if row.get("kind") == "resume":
+            k = row.get("iteration", 0)
+            out = [r for r in out if not (isinstance(r.get("iteration"), (int, float)) and r["iteration"] > k)]
+        out.append(row)
+    return out
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:

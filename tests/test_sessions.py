@@ -206,3 +206,14 @@ def test_sigkill_mid_loop_loses_nothing_completed(tmp_path):
     assert s.state()["iteration"] >= last
     s.append_metrics({"iteration": "after"})  # appending after the crash works and repairs
     assert s.metrics()[-1] == {"iteration": "after"}
+
+
+def test_current_history_drops_rows_a_resume_superseded():
+    from empo2_studio.sessions import current_history
+
+    rows = [{"iteration": 1, "kind": "train"}, {"iteration": 2, "kind": "train"}, {"iteration": 3, "kind": "train"},
+            {"iteration": 3, "kind": "eval"}, {"iteration": 1, "kind": "resume"}, {"iteration": 2, "kind": "train"},
+            {"iteration": 2, "kind": "resume"}, {"iteration": 3, "kind": "distill"}]  # fmt: skip
+    assert [(r["kind"], r["iteration"]) for r in current_history(rows)] == [
+        ("train", 1), ("resume", 1), ("train", 2), ("resume", 2), ("distill", 3)]
+    assert current_history([]) == []

@@ -213,14 +213,20 @@ def test_checkpoint_and_resume_restore_state(tmp_path, tiny_policy):
     assert [i for i, _ in trainer.session.checkpoints()] == [1, 2]
     saved = _params(tiny_policy)
     rng_state = trainer.rng.getstate()
+    trainer.step()  # iteration 3, never checkpointed (as if killed before its save)
     from empo2_studio.policy import build_tiny_policy
 
     fresh = build_tiny_policy(seed=0)
-    resumed = Trainer.resume(Session.open(tmp_path / "sessions", "t"), policy=fresh, embedder=make_embedder("hash"))
+    session = Session.open(tmp_path / "sessions", "t")
+    resumed = Trainer.resume(session, policy=fresh, embedder=make_embedder("hash"))
     assert resumed.iteration == 2 and resumed.rng.getstate() == rng_state
     assert all(torch.equal(a, b) for a, b in zip(saved, fresh.trainable_parameters()))
     assert len(resumed.optimizer.state) > 0
     assert resumed.step().iteration == 3
+    # the re-run iteration 3 replaces the lost one in the history; the file keeps both
+    assert [(r["kind"], r["iteration"]) for r in session.metrics()] == [
+        ("train", 1), ("train", 2), ("resume", 2), ("train", 3)]
+    assert [r["iteration"] for r in session.metrics(superseded=True)] == [1, 2, 3, 2, 3]
 
 
 def test_resume_without_checkpoint_is_refused(tmp_path, tiny_policy):
