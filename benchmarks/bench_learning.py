@@ -60,11 +60,12 @@ def trap_config(arm: str, seed: int, args: argparse.Namespace) -> RunConfig:
     return base.with_overrides(rollout=over["rollout"], algo=over["algo"])
 
 
-def run_trap(args: argparse.Namespace, root: Path, embedder, policy) -> dict[str, dict[int, dict]]:
+def run_trap(args: argparse.Namespace, root: Path, embedder, policy, save) -> dict[str, dict[int, dict]]:
     """Train every (arm, seed); returns results[arm][seed] = {"rows": [...], "eval": {...}, "time": s}.
 
     The model is loaded once; every run starts from the same fresh LoRA weights (copied back in) and
-    its own optimizer, so both arms start equal and no run pays the load time.
+    its own optimizer, so both arms start equal and no run pays the load time. `save(results)` is
+    called after every iteration, so a run cut short still leaves its table and figure.
     """
     results: dict[str, dict[int, dict]] = {arm: {} for arm in ARMS}
     initial = [p.detach().clone() for p in policy.trainable_parameters()]
@@ -77,18 +78,25 @@ def run_trap(args: argparse.Namespace, root: Path, embedder, policy) -> dict[str
             session = Session.create(root, cfg)
             trainer = Trainer(cfg, session, policy=policy, embedder=embedder)
             t0 = time.perf_counter()
-            rows = []
-            for report in trainer.train(args.iterations):
+            rows: list[dict] = []
+            results[arm][seed] = {"rows": rows, "eval": {}, "time": 0.0}
+            for _ in range(args.iterations):
+                report = trainer.step()
                 m = report.metrics
                 rows.append(m)
+                results[arm][seed]["time"] = time.perf_counter() - t0
+                save(results)
                 print(
                     f"  {arm:5s} seed {seed} it {report.iteration:2d} {report.update_mode:20s} "
                     f"success {m['rollout/success_rate']:.2f} score {m['rollout/score_mean']:7.1f} "
                     f"({m['time/iteration']:.0f}s)",
                     flush=True,
                 )
-            evaluation = trainer.evaluate() if args.eval_variations > 0 else {}
-            results[arm][seed] = {"rows": rows, "eval": evaluation, "time": time.perf_counter() - t0}
+            trainer.save_checkpoint()
+            results[arm][seed]["time"] = time.perf_counter() - t0  # training only; evaluation is extra
+            if args.eval_variations > 0:
+                results[arm][seed]["eval"] = trainer.evaluate()
+                save(results)
             trainer.close()
     return results
 
@@ -105,7 +113,7 @@ def trap_table(results: dict[str, dict[int, dict]], iterations: int, seeds: list
     for i in range(iterations):
         cells = []
         for arm in ARMS:
-            rows = [results[arm][s]["rows"][i] for s in seeds if i < len(results[arm][s]["rows"])]
+            rows = [r["rows"][i] for s in seeds if (r := results[arm].get(s)) and i < len(r["rows"])]
             cells.append(f"{_mean([r['rollout/success_rate'] for r in rows]):.2f}")
             cells.append(f"{_mean([r['rollout/score_mean'] for r in rows]):.1f}")
         lines.append(f"| {i + 1} | " + " | ".join(cells) + " |")
@@ -113,11 +121,12 @@ def trap_table(results: dict[str, dict[int, dict]], iterations: int, seeds: list
     summary = ["", f"| arm | mean success, last {last} iterations | eval success (no memory) | eval score | wall s |",
                "|---|---|---|---|---|"]  # fmt: skip
     for arm in ARMS:
-        tail = [r["rollout/success_rate"] for s in seeds for r in results[arm][s]["rows"][-last:]]
-        ev = [results[arm][s]["eval"] for s in seeds if results[arm][s]["eval"]]
+        runs = [results[arm][s] for s in seeds if s in results[arm]]
+        tail = [r["rollout/success_rate"] for run in runs if len(run["rows"]) == iterations for r in run["rows"][-last:]]
+        ev = [run["eval"] for run in runs if run["eval"]]
         summary.append(
             f"| {arm} | {_mean(tail):.3f} | {_mean([e['eval/success_rate'] for e in ev]):.3f} | "
-            f"{_mean([e['eval/score_mean'] for e in ev]):.1f} | {_mean([results[arm][s]['time'] for s in seeds]):.0f} |"
+            f"{_mean([e['eval/score_mean'] for e in ev]):.1f} | {_mean([run['time'] for run in runs]):.0f} |"
         )
     return "\n".join(lines + summary)
 
@@ -130,10 +139,13 @@ def trap_figure(results: dict[str, dict[int, dict]], seeds: list[int], path: Pat
     colors = {"EMPO2": "#d62728", "GRPO": "#1f77b4"}
     for arm in ARMS:
         for col, key in ((1, "rollout/success_rate"), (2, "rollout/score_mean")):
-            per_seed = [[r[key] for r in results[arm][s]["rows"]] for s in seeds]
+            done = [s for s in seeds if results[arm].get(s, {}).get("rows")]
+            if not done:
+                continue
+            per_seed = [[r[key] for r in results[arm][s]["rows"]] for s in done]
             n = min(len(p) for p in per_seed)
             xs = list(range(1, n + 1))
-            for s, ys in zip(seeds, per_seed):
+            for s, ys in zip(done, per_seed):
                 fig.add_trace(
                     go.Scatter(x=xs, y=ys[:n], mode="lines", line={"color": colors[arm], "width": 1},
                                opacity=0.3, name=f"{arm} seed {s}", showlegend=False),  # fmt: skip
@@ -142,7 +154,7 @@ def trap_figure(results: dict[str, dict[int, dict]], seeds: list[int], path: Pat
             mean = [_mean([p[i] for p in per_seed]) for i in range(n)]
             fig.add_trace(
                 go.Scatter(x=xs, y=mean, mode="lines+markers", line={"color": colors[arm], "width": 3},
-                           name=f"{arm} (mean of {len(seeds)} seeds)", showlegend=col == 1),  # fmt: skip
+                           name=f"{arm} (mean of {len(done)} seeds)", showlegend=col == 1),  # fmt: skip
                 row=1, col=col,
             )  # fmt: skip
     fig.update_xaxes(title_text="iteration")
@@ -213,14 +225,18 @@ def main(argv: list[str] | None = None) -> int:
     report = [f"# bench_learning ({time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} CPU cores, torch {torch.__version__})", ""]
     if not args.skip_trap:
         print(f"trap: {args.iterations} iterations × seeds {args.seeds} × arms {list(ARMS)}, group {args.group_size}")
-        results = run_trap(args, root, embedder, policy)
-        table = trap_table(results, args.iterations, args.seeds)
-        trap_figure(results, args.seeds, root / "learning.html")
-        (root / "learning.json").write_text(json.dumps(
-            {arm: {str(s): v for s, v in r.items()} for arm, r in results.items()}, default=float, indent=1
-        ))  # fmt: skip
-        report += [f"## Trap env ({args.task}, variations {args.variations}, group {args.group_size}, "
-                   f"lr {args.lr}, seeds {args.seeds})", "", table, ""]  # fmt: skip
+        heading = (f"## Trap env ({args.task}, variations {args.variations}, group {args.group_size}, "
+                   f"step limit {args.step_limit}, lr {args.lr}, seeds {args.seeds})")  # fmt: skip
+
+        def save(results: dict[str, dict[int, dict]]) -> None:
+            (root / "learning.json").write_text(json.dumps(
+                {arm: {str(s): v for s, v in r.items()} for arm, r in results.items()}, default=float, indent=1
+            ))  # fmt: skip
+            trap_figure(results, args.seeds, root / "learning.html")
+            (root / "learning.md").write_text("\n".join([*report, heading, "", trap_table(results, args.iterations, args.seeds), ""]))
+
+        results = run_trap(args, root, embedder, policy, save)
+        report += [heading, "", trap_table(results, args.iterations, args.seeds), ""]
     if not args.skip_scienceworld:
         report += ["## ScienceWorld short run", "", run_scienceworld(args, root, embedder, policy), ""]
     text = "\n".join(report)
