@@ -67,6 +67,16 @@ def test_clean_tip_caps_words_and_squeezes_whitespace():
     assert clean_tip(None, ep).startswith(FALLBACK_PREFIX)
 
 
+def test_a_looping_reply_becomes_the_fallback():
+    ep = _episode()
+    # a real reply of the embedded model (greedy), cut at the token limit
+    looping = "You did it, you found it, you finished it, " + "you finished it, " * 20
+    assert clean_tip(looping, ep).startswith(FALLBACK_PREFIX)
+    # 27 words, 11 distinct (0.41 ≥ 0.3): still a tip; a short repetitive reply (< 20 words) is not a loop either
+    assert clean_tip("go to the kitchen, then the workshop; " * 3 + "the red bulb is there twice", ep).startswith("go to")
+    assert clean_tip("open door, open door, open door", ep) == "open door, open door, open door"
+
+
 def test_write_tips_count_mismatch_and_empty():
     with pytest.raises(ValueError, match="returned 1 tips for 2 episodes"):
         write_tips(FakeTipWriter(["only one"]), [_episode(), _episode()])

@@ -10,9 +10,10 @@ iteration's tip writing dominated its wall time).
 
 The reply is cleaned to one line of at most `MAX_TIP_WORDS` words: the first non-blank line,
 whitespace squeezed, a leading "Tip:"/"Summary:" label and wrapping quotes removed, cut at 100
-words. When nothing usable comes back (empty, no letter or digit at all, or an echo of the
-instruction — a small model often repeats the prompt), the tip is a deterministic fallback that says so: "[no tip written by the model] The episode ended with score
-R/100 after N steps; last actions: a; b; c."
+words. When nothing usable comes back (empty, no letter or digit at all, an echo of the
+instruction — a small model often repeats the prompt — or a loop of a few repeated words), the tip
+is a deterministic fallback that says so: "[no tip written by the model] The episode ended with
+score R/100 after N steps; last actions: a; b; c."
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ def clean_tip(reply: str | None, episode: Episode) -> str:
     """One line of ≤ 100 words from the model's reply, or the deterministic fallback summary."""
     line = _first_line(reply or "")
     line = _LABEL.sub("", line).strip().strip(_QUOTES).strip()
-    if not re.search(r"[A-Za-z0-9]", line) or _echoes_instruction(line):
+    if not re.search(r"[A-Za-z0-9]", line) or _echoes_instruction(line) or _loops(line):
         return fallback_tip(episode)
     return _cap_words(line)
 
@@ -85,6 +86,13 @@ def _echoes_instruction(line: str) -> bool:
     stored as a tip it would teach nothing and would be retrieved into later prompts."""
     words = re.findall(r"[a-z0-9]+", line.lower())
     return len(words) >= 3 and sum(w in _INSTRUCTION_WORDS for w in words) / len(words) >= 0.6
+
+
+def _loops(line: str) -> bool:
+    """True for a degenerate reply that repeats a few words over and over (greedy decoding of a small
+    model can loop until the token limit: "you finished it, you finished it, …")."""
+    words = re.findall(r"[a-z0-9]+", line.lower())
+    return len(words) >= 20 and len(set(words)) / len(words) < 0.3
 
 
 def fallback_tip(episode: Episode) -> str:
