@@ -125,6 +125,14 @@ def test_a_reloaded_page_attaches_to_the_newest_running_job_of_its_session():
     assert h.attach_running(studio, "a", ("train", "distill"))[0] is None  # finished jobs are not picked up
 
 
+def test_an_update_without_signal_says_so():
+    from empo2_studio.app.workers import _no_signal_note
+
+    assert _no_signal_note({"train/no_signal": 1.0, "loss/policy": 0.0}, "its group") == (
+        " · no learning signal: every episode's return equals the mean of its group; weights unchanged")
+    assert _no_signal_note({"loss/policy": 0.1}, "its group") == ""
+
+
 # ---- charts and rendering --------------------------------------------------------------------------
 def test_episode_chart_has_one_line_per_side():
     fig = charts.episode_scores_figure({"naive": [0, 10], "memory": [5, 25, 50]})

@@ -87,7 +87,8 @@ def train(studio: Any, job: Job, *, run_id: str, iterations: int) -> list[Any]:
         job.append("reports", report)
         done = report.iteration - start
         job.update(progress=done / iterations,
-                   message=f"iteration {report.iteration} ({done}/{iterations}) · {report.update_mode}")
+                   message=f"iteration {report.iteration} ({done}/{iterations}) · {report.update_mode}"
+                           + _no_signal_note(report.metrics, "its group"))
 
     job.update(message=f"iteration {start + 1} ({0}/{iterations})")
     reports = trainer.train(iterations, stop=job.stop_event, on_report=on_report)
@@ -104,8 +105,17 @@ def distill(studio: Any, job: Job, *, run_id: str, episode_ids: list[str]) -> An
     report = trainer.distill(episode_ids)
     job.append("reports", report)
     path = trainer.save_checkpoint()
-    job.update(progress=1.0, checkpoint=str(path), message=f"distilled · checkpoint {path.name}")
+    note = _no_signal_note(report.metrics, "their groups (pick episodes that scored differently from their group)")
+    job.update(progress=1.0, checkpoint=str(path), message=f"distilled{note} · checkpoint {path.name}")
     return report
+
+
+def _no_signal_note(metrics: dict, whose: str) -> str:
+    """Why an update left the weights as they were: every advantage was 0 (GRPO needs returns that
+    differ within a group), so there was nothing to learn."""
+    if metrics.get("train/no_signal"):
+        return f" · no learning signal: every episode's return equals the mean of {whose}; weights unchanged"
+    return ""
 
 
 def adapt(studio: Any, job: Job, *, run_id: str, checkpoint: str | None, task: str, trials: int) -> list[dict]:
