@@ -47,12 +47,14 @@ def job_status_html(job: Job | None) -> str:
     return render.progress_html(job.progress, f"[{job.status}] {text}")
 
 
-def attach_running(studio: Any, run_id: str, kinds: Sequence[str]) -> tuple[str | None, Any, int]:
+def attach_running(studio: Any, run_id: str, current: str | None, kinds: Sequence[str]) -> tuple[Any, Any, Any]:
     """On page load: the newest unfinished job of `kinds` on this session, so a reloaded page keeps
-    showing (and can stop) the work it started. Returns (job_id or None, timer, seen=-1)."""
+    showing (and can stop) the work it started. Returns (job_id, timer, seen=-1), or three skips when
+    there is none or the tab already follows a job (a click can land before this load event runs)."""
     running = [j for j in studio.jobs.running(run_id=run_id) if j.kind in kinds]  # oldest first
-    job = running[-1] if running else None
-    return (job.job_id if job else None), gr.Timer(active=job is not None), -1
+    if not running or current is not None:
+        return gr.skip(), gr.skip(), gr.skip()
+    return running[-1].job_id, gr.Timer(active=True), -1
 
 
 def timer_for(job: Job | None) -> gr.Timer:

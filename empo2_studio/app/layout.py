@@ -62,7 +62,7 @@ def build_blocks(studio: Any) -> gr.Blocks:
         demo.load(partial(h.env_changed, studio), [ep["env"], ep["split"], run_id], [ep["task"], ep["variation"]])
         # A reloaded page picks up the work still running on its session (its timer starts polling).
         for tab, kinds in ((ep, ("episodes",)), (tr, ("train", "distill")), (ad, ("adapt",))):
-            demo.load(partial(h.attach_running, studio, kinds=kinds), [run_id], list(tab["poll"]))
+            demo.load(partial(h.attach_running, studio, kinds=kinds), [run_id, tab["poll"][0]], list(tab["poll"]))
     return demo
 
 
