@@ -221,6 +221,21 @@ def _check_env(cfg: RunConfig) -> None:
         )
 
 
+def _check_unseen_task(cfg: RunConfig, task: str) -> None:
+    """Adaptation needs a task of the run's env other than the one it trained on (no JVM starts)."""
+    from empo2_studio.envs import make_env
+
+    env = make_env(cfg.env)
+    try:
+        known = list(env.task_names())
+    finally:
+        env.close()
+    if task not in known:
+        raise UsageError(f"unknown task {task!r} for env {cfg.env.name!r}; valid: {', '.join(known)}")
+    if task == cfg.env.task:
+        raise UsageError(f"--task {task!r} is the task the run trained on; adaptation needs an unseen one")
+
+
 def _discard_new_session(session: Session) -> None:
     """Remove a session this command just created, if nothing but its config was written to it."""
     import shutil
@@ -252,6 +267,9 @@ def _train_loop(trainer: Any, iterations: int) -> int:
 
 
 def run_eval(cmd: EvalCmd) -> int:
+    for flag, value in (("--variations", cmd.variations), ("--repeats", cmd.repeats)):
+        if value is not None and value < 1:
+            raise UsageError(f"{flag} must be ≥ 1, got {value}")
     session = _open(cmd.session, cmd.sessions_dir)
     trainer = _load_trainer(session, require_checkpoint=False)
     try:
@@ -268,6 +286,7 @@ def run_adapt(cmd: AdaptCmd) -> int:
     if cmd.trials < 1:
         raise UsageError(f"--trials must be ≥ 1, got {cmd.trials}")
     session = _open(cmd.from_, cmd.sessions_dir)
+    _check_unseen_task(session.config, cmd.task)  # before the model loads
     trainer = _load_trainer(session, require_checkpoint=False)
     try:
         with tqdm(total=cmd.trials + 1, desc=f"adapt {cmd.task}", unit="trial") as bar:

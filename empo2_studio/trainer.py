@@ -100,6 +100,8 @@ class Trainer:
         self._envs: list[Any] = []
         self._novelty: dict[tuple[str, int], NoveltyMemory] = {}
         self._variations: tuple[int, ...] | None = None
+        self.on_phase: Callable[[str], None] | None = None
+        """Called with a short line as an iteration moves through its phases (the studio's status)."""
 
     # ---- resources ---------------------------------------------------------------------------
     def envs(self, n: int) -> list[Any]:
@@ -155,6 +157,7 @@ class Trainer:
         groups = [self._play_training_group(v, mode, timings) for v in variations]
         episodes = [ep for g in groups for ep in g]
         advantages = self._advantages(groups)
+        self._phase(f"{mode} update: re-scoring {len(episodes)} episodes, backward, optimizer step")
         metrics = policy_update(self.policy, self.optimizer, episodes, advantages, mode, self.settings)
         metrics.update(self._rollout_metrics(episodes, mode, timings))
         metrics["time/iteration"] = time.perf_counter() - t_start
@@ -185,14 +188,32 @@ class Trainer:
             self.save_checkpoint()
         return reports
 
+    def _phase(self, line: str) -> None:
+        if self.on_phase is not None:
+            self.on_phase(line)
+
     def _play_training_group(self, variation: int, mode: UpdateMode, timings: Timings) -> list[Episode]:
         task = self.cfg.env.task
+        envs = self.envs(self.cfg.rollout.group_size)
+        limit = envs[0].step_limit(task)
+        where = f"{rollout_mode_of(mode)} rollouts of variation {variation}"
+        self._phase(f"{where}: starting {len(envs)} episodes")
+
+        reached = [0]
+
+        def on_step(index: int, step: Any) -> None:
+            if step.index + 1 > reached[0]:  # the first episode to reach a lock-step reports it
+                reached[0] = step.index + 1
+                self._phase(f"{where}: step {reached[0]} of ≤ {limit}")
+
         episodes = play_group(
-            self.envs(self.cfg.rollout.group_size), self.policy, self.store, task=task, variation=variation,
+            envs, self.policy, self.store, task=task, variation=variation,
             split="train", rollout_mode=rollout_mode_of(mode), update_mode=mode,
             temperature=self.cfg.rollout.train_temperature, seed=self.cfg.seed * 1_000_003 + self.iteration,
             embedder=self.embedder, novelty=self.novelty(task, variation), timings=timings, keep_caches=True,
+            on_step=on_step if self.on_phase is not None else None,
         )  # fmt: skip
+        self._phase(f"writing the tips of {len(episodes)} episodes")
         return write_group_tips(self.policy, self.store, episodes, timings=timings)
 
     def _advantages(self, groups: Sequence[Sequence[Episode]]) -> list[float]:

@@ -62,6 +62,11 @@ def test_job_failure_is_one_readable_line():
     assert job.error == "variation 99 not in train split; valid: 0…23"
     assert "Traceback" not in h.job_status_html(job)
     assert readable_error(ZeroDivisionError("division by zero")) == "ZeroDivisionError: division by zero"
+    # whole messages: quoted values kept, every line of a multi-line message joined
+    assert readable_error(ValueError("tip text must not be empty, got ''")) == "tip text must not be empty, got ''"
+    assert readable_error(KeyError("no session 'x'; existing: ['a']")) == "no session 'x'; existing: ['a']"
+    assert readable_error(ValueError("2 bad line(s), nothing imported:\n  line 3: not valid JSON\n  line 5: unknown keys ['c']")) == (
+        "2 bad line(s), nothing imported: line 3: not valid JSON; line 5: unknown keys ['c']")
 
 
 def test_stop_takes_effect_between_steps():
@@ -285,6 +290,10 @@ def test_config_form_round_trip_and_validation(studio):
     assert h.config_from_form(cfg, values) == cfg
     values[h.TRAIN_FIELDS.index(("rollout", "group_size"))] = 1
     with pytest.raises(ValueError, match="group_size must be ≥ 2"):
+        h.config_from_form(cfg, values)
+    values = h.config_form_values(studio, RUN)
+    values[h.TRAIN_FIELDS.index(("train", "learning_rate"))] = None  # a cleared number box
+    with pytest.raises(ValueError, match=r"train.learning_rate is empty; enter a value \(the session has 0.01\)"):
         h.config_from_form(cfg, values)
 
 

@@ -46,6 +46,7 @@ def test_overview_and_every_command_help(capsys):
         (["train", "--env.variations", "0", "30"], "env.variations [30] of 'trap-light-bulb' are outside its train split 0–23"),
         (["train", "--env.name", "scienceworld", "--env.task", "boil", "--env.variations", "9999"], "outside its train split 0–13"),
         (["eval", "--session", "nope"], "available: none"),
+        (["eval", "--session", "nope", "--variations", "0"], "--variations must be ≥ 1, got 0"),
         (["distill", "--session", "x"], "exactly one of"),
         (["frobnicate"], "unknown command"),
     ],
@@ -95,6 +96,11 @@ def test_resume_refuses_other_model_and_other_settings(sessions, capsys):
     assert main(["train", "--resume", "run-a", "--train.learning-rate", "0.5"]) == 2
     assert "train.learning_rate" in capsys.readouterr().err
     assert main(["train", "--resume", "run-a", "--config", "x.json"]) == 2
+    # adapt checks the task before loading any model
+    assert main(["adapt", "--from", "run-a", "--task", "nope"]) == 2
+    assert "unknown task 'nope' for env 'trap'; valid: trap-light-bulb, trap-find-animal" in capsys.readouterr().err
+    assert main(["adapt", "--from", "run-a", "--task", "trap-light-bulb"]) == 2
+    assert "is the task the run trained on" in capsys.readouterr().err
 
 
 def test_sessions_listing(sessions, capsys):

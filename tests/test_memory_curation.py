@@ -197,6 +197,11 @@ def test_import_bad_lines_reports_line_numbers_and_imports_nothing(store, tmp_pa
         assert f"line {n}: " in msg and word in msg
     assert "line 1:" not in msg and "line 6:" not in msg
     assert _snapshot(store) == before
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n  \n")
+    with pytest.raises(ValueError, match="empty.jsonl holds no tips"):
+        store.import_jsonl(empty)
+    assert _snapshot(store) == before
 
 
 def test_versions_and_restore(store):

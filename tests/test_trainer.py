@@ -52,7 +52,18 @@ def _params(policy):
 def test_one_step_changes_lora_weights_and_no_base_weight(tmp_path, tiny_policy):
     trainer = make_trainer(tmp_path, tiny_policy)
     before = _named(tiny_policy)
+    phases: list[str] = []
+    trainer.on_phase = phases.append
     report = trainer.step(forced_mode="on-policy")
+    episodes = trainer.session.episodes(list(report.episode_ids))
+    where = f"naive rollouts of variation {episodes[0].variation}"
+    limit = trainer.envs(1)[0].step_limit(trainer.cfg.env.task)  # 3
+    assert phases == [
+        f"{where}: starting 2 episodes",
+        *[f"{where}: step {t} of ≤ {limit}" for t in range(1, max(len(ep.steps) for ep in episodes) + 1)],
+        "writing the tips of 2 episodes",
+        "on-policy update: re-scoring 2 episodes, backward, optimizer step",
+    ]
     after = _named(tiny_policy)
     lora = [n for n in before if "lora_" in n]
     base = [n for n in before if "lora_" not in n]

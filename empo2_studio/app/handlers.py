@@ -204,6 +204,8 @@ def config_from_form(base: RunConfig, values: Sequence[Any]) -> RunConfig:
     overrides: dict[str, dict[str, Any]] = {}
     for (section, name), value in zip(TRAIN_FIELDS, values):
         current = getattr(getattr(base, section), name)
+        if value is None or (isinstance(value, str) and not value.strip()):
+            raise ValueError(f"{section}.{name} is empty; enter a value (the session has {current!r})")
         if isinstance(current, int) and not isinstance(current, bool):
             if value is None or float(value) != int(float(value)):
                 raise ValueError(f"{section}.{name} must be a whole number, got {value!r}")

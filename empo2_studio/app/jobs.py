@@ -193,10 +193,14 @@ class JobRegistry:
         return job
 
 
-def readable_error(exc: BaseException) -> str:
-    """One line for the user: the message of a ValueError/KeyError, else the type and message."""
-    text = str(exc).strip().strip("'\"") or type(exc).__name__
-    text = text.splitlines()[0] if text else type(exc).__name__
+def readable_error(exc: BaseException, max_chars: int = 800) -> str:
+    """The error as one line for the user: the message of a ValueError/KeyError, else the type and
+    message. A multi-line message (e.g. every bad line of an import) is joined with "; ", whole."""
+    text = exc.args[0] if isinstance(exc, KeyError) and exc.args and isinstance(exc.args[0], str) else str(exc)
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    text = " ".join(lines[:1] + ["; ".join(lines[1:])]).strip() if lines else type(exc).__name__
+    if len(text) > max_chars:
+        text = text[: max_chars - 1] + "…"
     if isinstance(exc, (ValueError, KeyError)):
         return text
     return f"{type(exc).__name__}: {text}"

@@ -140,19 +140,22 @@ def _refresh_saved_when_done(studio: Any) -> Any:
 
 def _train_tab(studio: Any, run_id: gr.State) -> dict[str, Any]:
     gr.Markdown("Changing anything but *Iterations* starts a **new session** with that config "
-                "(each session's config.json is what trained it).")
+                "(each session's config.json is what trained it). The LoRA rank and alpha are fixed "
+                "while the studio runs (one loaded model); the env and step limit are the session's.")
+    # Number boxes carry no min/max: out-of-range values reach the config's validation, whose message
+    # names the field and the valid range (Gradio's own says only "Value 1 is less than minimum value 2").
     with gr.Row():
         p_memory = gr.Slider(0, 1, step=0.05, label="p (memory rollout probability)", elem_id="tr-p")
         q_off = gr.Slider(0, 1, step=0.01, label="q (off-policy | memory)", elem_id="tr-q")
-        group = gr.Number(label="Group size N", precision=0, minimum=2, elem_id="tr-group")
-        lora_r = gr.Number(label="LoRA rank", precision=0, minimum=1, elem_id="tr-lora-r")
-        lora_alpha = gr.Number(label="LoRA alpha", precision=0, minimum=1, elem_id="tr-lora-alpha")
+        group = gr.Number(label="Group size N", precision=0, elem_id="tr-group")
+        lora_r = gr.Number(label="LoRA rank", precision=0, elem_id="tr-lora-r")
+        lora_alpha = gr.Number(label="LoRA alpha", precision=0, elem_id="tr-lora-alpha")
     with gr.Row():
         lr = gr.Number(label="Learning rate", elem_id="tr-lr")
         mask = gr.Dropdown(["per-token", "per-sequence", "off"], label="Low-prob masking rule", elem_id="tr-mask")
-        delta = gr.Number(label="δ (log-prob threshold ≤ 0)", maximum=0, elem_id="tr-delta")
-        intrinsic = gr.Number(label="Intrinsic reward coef", minimum=0, elem_id="tr-intrinsic")
-        iterations = gr.Number(label="Iterations", precision=0, minimum=1, elem_id="tr-iterations")
+        delta = gr.Number(label="δ (log-prob threshold ≤ 0)", elem_id="tr-delta")
+        intrinsic = gr.Number(label="Intrinsic reward coef", elem_id="tr-intrinsic")
+        iterations = gr.Number(label="Iterations", precision=0, elem_id="tr-iterations")
     form = [p_memory, q_off, group, lora_r, lora_alpha, lr, mask, delta, intrinsic, iterations]
     with gr.Row():
         start = gr.Button("▶ Start training", variant="primary", elem_id="tr-start")

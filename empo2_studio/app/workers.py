@@ -91,7 +91,13 @@ def train(studio: Any, job: Job, *, run_id: str, iterations: int) -> list[Any]:
                            + _no_signal_note(report.metrics, "its group"))
 
     job.update(message=f"iteration {start + 1} ({0}/{iterations})")
-    reports = trainer.train(iterations, stop=job.stop_event, on_report=on_report)
+    # what the current iteration is doing (it can take minutes on a CPU)
+    trainer.on_phase = lambda line: job.update(
+        message=f"iteration {trainer.iteration} ({trainer.iteration - start - 1}/{iterations}) · {line}")
+    try:
+        reports = trainer.train(iterations, stop=job.stop_event, on_report=on_report)
+    finally:
+        trainer.on_phase = None
     job.update(message=f"saving checkpoint after iteration {trainer.iteration}")
     path = trainer.save_checkpoint()
     job.update(checkpoint=str(path), message=f"{len(reports)} iteration(s) done · checkpoint {path.name}")

@@ -360,12 +360,13 @@ class TipStore:
 
     def import_jsonl(self, path: str | Path) -> ImportResult:
         """Import a JSONL tip file (format: `records` module docstring). Every line is validated
-        first; any bad line raises ValueError listing line numbers and nothing is imported.
-        Duplicate texts are skipped; the partition cap applies (oldest evicted)."""
+        first; any bad line raises ValueError listing line numbers and nothing is imported; so does
+        a file without a single tip (most likely the wrong file). Duplicate texts are skipped; the
+        partition cap applies (oldest evicted)."""
         with open(path, encoding="utf-8") as fh:
             records = rec.parse_jsonl(fh)
         if not records:
-            return ImportResult(0, 0)
+            raise ValueError(f"{Path(path).name} holds no tips (no non-blank lines); nothing imported")
         vectors = self._embed([r["key_text"] for r in records])
         now = time.time()
         rows = []
