@@ -131,6 +131,30 @@ def test_a_reloaded_page_attaches_to_the_newest_running_job_of_its_session():
     assert h.attach_running(studio, "a", None, ("train", "distill")) == (gr.skip(),) * 3  # finished: not picked up
 
 
+def test_a_job_finishing_while_a_poll_renders_is_polled_once_more(monkeypatch):
+    """Seen in CI: the status stayed "[running]" after the job ended because the poll that rendered
+    it had switched the timer off (the job finished while the charts were being drawn)."""
+
+    class FakeStudio:
+        jobs = JobRegistry()
+
+    studio, release = FakeStudio(), threading.Event()
+    job = studio.jobs.start("train", lambda j: release.wait(5), uses_model=False, run_id="a")
+    while job.status != "running":
+        time.sleep(0.01)
+
+    def charts_while_the_job_ends(_studio, _run_id):
+        release.set()
+        studio.jobs.wait(job.job_id, 5)  # the job is done before this poll returns
+        return [gr.skip()] * 5
+
+    monkeypatch.setattr(h, "train_charts", charts_while_the_job_ends)
+    status, *_, timer, seen = h.poll_training(studio, job.job_id, -1, "a")
+    assert "[running]" in status and timer.active  # what it drew is stale, so it must poll again
+    status, *_, timer, seen = h.poll_training(studio, job.job_id, seen, "a")
+    assert "[done]" in status and not timer.active
+
+
 def test_an_update_without_signal_says_so():
     from empo2_studio.app.workers import _no_signal_note
 

@@ -57,6 +57,14 @@ def attach_running(studio: Any, run_id: str, current: str | None, kinds: Sequenc
     return running[-1].job_id, gr.Timer(active=True), -1
 
 
+def _before_render(job: Job) -> tuple[int, gr.Timer]:
+    """(version, timer) read BEFORE a poll renders the job. Read after, a job finishing mid-render
+    would switch the timer off under a page still showing it running, and nothing would poll again;
+    read before, a change during the render only costs one more tick."""
+    version = job.version
+    return version, gr.Timer(active=not job.finished)
+
+
 def timer_for(job: Job | None) -> gr.Timer:
     """Keep polling while the job runs; stop the timer once it has finished."""
     return gr.Timer(active=job is not None and not job.finished)
@@ -135,9 +143,9 @@ def poll_side_by_side(studio: Any, job_id: str | None, seen: int) -> tuple[Any, 
         return gr.skip(), gr.skip(), gr.skip(), job_status_html(None), gr.Timer(active=False), seen
     if job.version == seen:
         return gr.skip(), gr.skip(), gr.skip(), gr.skip(), timer_for(job), seen
-    version = job.version
+    version, timer = _before_render(job)
     naive_html, memory_html, fig = side_by_side_view(job.snapshot())
-    return naive_html, memory_html, fig, job_status_html(job), timer_for(job), version
+    return naive_html, memory_html, fig, job_status_html(job), timer, version
 
 
 def stop_job(studio: Any, job_id: str | None) -> str:
@@ -256,8 +264,8 @@ def poll_training(studio: Any, job_id: str | None, seen: int, run_id: str) -> tu
     job = studio.jobs.get(job_id)
     if job is None or job.version == seen:
         return (job_status_html(job) if job is None else gr.skip(), *[gr.skip()] * 5, timer_for(job), seen)
-    version = job.version
-    return (job_status_html(job), *train_charts(studio, run_id), timer_for(job), version)
+    version, timer = _before_render(job)
+    return (job_status_html(job), *train_charts(studio, run_id), timer, version)
 
 
 def distill_choices(studio: Any, run_id: str) -> list[tuple[str, str]]:
@@ -315,8 +323,8 @@ def poll_adapt(studio: Any, job_id: str | None, seen: int) -> tuple[Any, ...]:
     job = studio.jobs.get(job_id)
     if job is None or job.version == seen:
         return gr.skip(), gr.skip(), job_status_html(job) if job is None else gr.skip(), timer_for(job), seen
-    version = job.version
-    return (*adapt_view(job.snapshot()), job_status_html(job), timer_for(job), version)
+    version, timer = _before_render(job)
+    return (*adapt_view(job.snapshot()), job_status_html(job), timer, version)
 
 
 def model_status(studio: Any) -> tuple[str, Any]:
