@@ -38,7 +38,7 @@ def real_studio(tmp_path_factory, port):
 
 @pytest.fixture
 def slow_page(page):
-    page.set_default_timeout(1_500_000)  # the real model on a shared 2-core CPU (a loaded one took > 15 min)
+    page.set_default_timeout(900_000)  # the real model on a shared 2-core CPU (both tests: ~2 min quiet)
     return page
 
 
