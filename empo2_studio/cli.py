@@ -187,6 +187,7 @@ def run_train(cmd: TrainCmd) -> int:
         if cmd.more is not None:
             raise UsageError("--more only applies with --resume; use --train.iterations for a new run")
         _check_env(cmd.run)  # a bad task or variation is a usage error, before a session or model exists
+        _check_adapter(cmd.run)  # so is an adapter that does not fit the base model
         try:
             session = Session.create(_root(cmd.sessions_dir), cmd.run)
         except (ValueError, FileExistsError) as e:
@@ -219,6 +220,20 @@ def _check_env(cfg: RunConfig) -> None:
             f"env.variations {outside} of {cfg.env.task!r} are outside its train split "
             f"{train[0]}–{train[-1]}"
         )
+
+
+def _check_adapter(cfg: RunConfig) -> None:
+    """Reject `--policy.adapter DIR` that the base model cannot load (not a PEFT directory, another
+    base, another LoRA rank / targets, or tensor shapes of another model), reading only the adapter's
+    config, its safetensors header and the base model's config: no weights load, nothing is created."""
+    if not cfg.policy.adapter:
+        return
+    from empo2_studio.policy.loading import check_adapter  # torch loads only here
+
+    try:
+        check_adapter(cfg.policy.adapter, cfg.policy)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
 
 
 def _check_unseen_task(cfg: RunConfig, task: str) -> None:

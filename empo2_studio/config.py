@@ -109,7 +109,7 @@ class AlgoConfig:
     low_prob_threshold: float = -5.0
     """δ as a log-prob (≤ 0): tokens (or sequences) below it are masked. −5 ≈ p 0.0067."""
     adv_eps: float = 1e-6
-    """ε in A = (R − mean) / (std + ε)."""
+    """ε in A = (R − mean) / (std + ε); must be > 0 (paper / recipe: 1e-6)."""
     intrinsic_coef: float = 1.0
     """Scale of the novelty reward (0 disables it)."""
     novelty_threshold: float = 0.9
@@ -199,6 +199,8 @@ class RunConfig:
         _positive("train.update_epochs", t.update_epochs)
         _positive("train.checkpoint_every", t.checkpoint_every)
         _positive("train.eval_variations", t.eval_variations)
+        if isinstance(a.adv_eps, bool) or not isinstance(a.adv_eps, (int, float)) or not 0.0 < a.adv_eps < math.inf:
+            raise ValueError(f"algo.adv_eps is the ε added to the group std and must be a finite number > 0 (paper: 1e-6), got {a.adv_eps!r}")
         _positive("train.eval_repeats", t.eval_repeats)
         return self
 

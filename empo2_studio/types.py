@@ -95,6 +95,19 @@ class RetrievedTip:
 
 
 @dataclass(frozen=True, slots=True)
+class SkippedTip:
+    """A tip of the step's partition that was not shown, and why (the Episodes view lists these)."""
+
+    tip_id: str
+    text: str
+    score: float
+    similarity: float
+    """Cosine similarity between the step's conversation and the tip's key (−1 … 1)."""
+    reason: str
+    """"disabled", "similarity 0.42 ≤ threshold 0.50" or "outside the top 10 (score 25.0)"."""
+
+
+@dataclass(frozen=True, slots=True)
 class ActionSample:
     """One sampled action, kept as the exact tokens the policy produced."""
 
@@ -134,6 +147,8 @@ class Step:
     """The environment's text after the step."""
     intrinsic_reward: float = 0.0
     """Novelty bonus earned by the state this step reached (paper §4.3); 0 when disabled."""
+    skipped_tips: tuple[SkippedTip, ...] = ()
+    """Memory steps: the nearest tips of the partition that were not shown, with the reason."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,7 +169,8 @@ class Episode:
     seed: int
     steps: tuple[Step, ...]
     score: float
-    """Final score (−100 … 100)."""
+    """Final score (−100 … 100): the env's running score after the last step (not the return, see
+    `return_`)."""
     won: bool
     policy_version: str = "base"
     """Which weights played it: "base" or an adapter/checkpoint name."""
@@ -167,7 +183,12 @@ class Episode:
 
     @property
     def return_(self) -> float:
-        """Extrinsic return: the sum of step rewards (equals the final score in ScienceWorld)."""
+        """Extrinsic return, what group advantages compare: the sum of the step rewards, i.e. the final
+        `score` minus the score the episode started at (−200 … 200 score points). It equals the final
+        score only when the start is 0 (every trap task): ScienceWorld's `find-living-thing` starts at
+        8, so a final 25 is a return of 17, and a wrong focus (score −100) is a reward of −108. All
+        episodes of a group start at the same score, so their standardised advantages are the same as
+        if the final scores were compared."""
         return sum(s.reward for s in self.steps)
 
     def to_dict(self) -> dict[str, Any]:
@@ -180,6 +201,7 @@ class Episode:
                 **{
                     **s,
                     "tips": tuple(RetrievedTip(**t) for t in s["tips"]),
+                    "skipped_tips": tuple(SkippedTip(**t) for t in s.get("skipped_tips", ())),
                     "valid_actions": tuple(s["valid_actions"]),
                     "sample": ActionSample(
                         text=s["sample"]["text"],

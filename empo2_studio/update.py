@@ -14,6 +14,14 @@ current log-probs are taken on:
 Behaviour log-probs are always the ones recorded at sampling time (never a re-score), so an off-policy
 ratio is visibly ≠ 1 from the first pass (design.md §11).
 
+Temperature: the behaviour log-probs are those of softmax(logits / T) at the episode's sampling
+temperature T (`Episode.temperature`; greedy T = 0 counts as 1), so every re-score here — the current
+log-probs, the tip-free reference of the low-probability mask and the KL reference — divides the logits
+by that same T (per episode: a Distill-now batch can mix training episodes at `train_temperature` with
+side-by-side pairs played at another T). Before any weight change the on-policy and with-tips ratios
+are then exactly 1 at every temperature, as in verl, where the old and the current log-probs are both
+computed on logits divided by the rollout temperature; δ applies to these tempered log-probs.
+
 Layout: each turn is one row (prompt = the whole history up to it, response = its action tokens). Under
 causal attention, scoring an episode's whole conversation once yields every turn's log-probs exactly as
 scoring each prefix separately would, so the policy is asked once per episode (`policy.score`, packed).
@@ -108,7 +116,8 @@ def policy_update(
     Args:
         policy: an HFPolicy (`score`, `trainable_parameters`, `chat_format`; `model` when kl_coef > 0).
         optimizer: AdamW over `policy.trainable_parameters()`.
-        episodes: the played episodes (their steps carry the behaviour log-probs).
+        episodes: the played episodes (their steps carry the behaviour log-probs, sampled at
+            `Episode.temperature`, which every re-score uses too).
         advantages: one group-relative advantage per episode (same order).
         update_mode: selects the conversation the current log-probs are taken on (module table).
         settings: clipping, mask, aggregation, grad clip, epochs, micro-batch size, length limit.
@@ -198,7 +207,7 @@ def _score_chunk(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Current log-probs (B, T) with grad, behaviour log-probs (B, T), advantages (B,), loss mask (B, T)."""
     convs = [conversation(ep, update_mode, n_turns=k) for ep, _, k in chunk]
-    scored = policy.score(convs)
+    scored = policy.score(convs, temperature=_temperatures(chunk))
     rows, old_rows, adv_rows = [], [], []
     for (ep, adv, k), per_turn in zip(chunk, scored, strict=True):
         for step, lp in zip(ep.steps[:k], per_turn, strict=True):
@@ -214,19 +223,29 @@ def _score_chunk(
 
 
 def _tip_free_logps(policy: Any, chunk: list, mask: torch.Tensor) -> torch.Tensor:
-    """Detached current log-probs on the tip-free conversation (the paper's reference for the δ rule)."""
+    """Detached current log-probs on the tip-free conversation at each episode's sampling temperature
+    (the paper's reference for the δ rule)."""
     with torch.no_grad():
-        scored = policy.score([conversation(ep, "off-policy", n_turns=k) for ep, _, k in chunk])
+        scored = policy.score(
+            [conversation(ep, "off-policy", n_turns=k) for ep, _, k in chunk], temperature=_temperatures(chunk)
+        )
     return _pad([lp for per_turn in scored for lp in per_turn]).float().to(mask.device)
 
 
 def _kl_sum(policy: Any, chunk: list, update_mode: UpdateMode, logps, kept, a: AlgoConfig) -> torch.Tensor:
     """Summed k3 KL against the adapter-free base model on the same conversations (β·KL, paper Eq. 1)."""
     with torch.no_grad(), policy.model.disable_adapter():
-        scored = policy.score([conversation(ep, update_mode, n_turns=k) for ep, _, k in chunk])
+        scored = policy.score(
+            [conversation(ep, update_mode, n_turns=k) for ep, _, k in chunk], temperature=_temperatures(chunk)
+        )
     ref = _pad([lp for per_turn in scored for lp in per_turn]).float().to(logps.device)
     kl_mean = kl_penalty(logps, ref, kept, loss_agg=a.loss_agg)
     return kl_mean * _local_count(kept, a.loss_agg)
+
+
+def _temperatures(chunk: list) -> list[float]:
+    """Each episode's sampling temperature: scoring divides the logits by it (module docstring)."""
+    return [ep.temperature for ep, _, _ in chunk]
 
 
 def _pad(rows: list[torch.Tensor]) -> torch.Tensor:

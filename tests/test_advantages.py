@@ -29,6 +29,27 @@ def test_eps_is_added_to_std():
     assert adv.tolist()[0] == pytest.approx([-1 / (2**0.5 + 1), 1 / (2**0.5 + 1)])
 
 
+def test_float_residue_counts_as_equal_returns():
+    # One fp32 ulp apart at ~103 (7.6e-6 > ε = 1e-6): a plain formula gives ±0.597.
+    adv = group_advantages(torch.tensor([[103.25952911376953, 103.25953674316406]]))
+    assert adv.tolist() == [[0.0, 0.0]] and adv.dtype == torch.float32
+    # fp64 summation residue (one ulp at 26), even with ε = 0: a plain formula gives −1.15, 0.58, 0.58.
+    adv = group_advantages(torch.tensor([[25.999999999999996, 26.0, 26.0]], dtype=torch.float64), eps=0.0)
+    assert adv.tolist() == [[0.0, 0.0, 0.0]] and adv.dtype == torch.float64
+    # Near zero the tolerance is absolute (scale max(1, |R|)): 1e-12 apart is equal, 1e-6 apart is not.
+    assert group_advantages(torch.tensor([[0.0, 1e-12]], dtype=torch.float64)).tolist() == [[0.0, 0.0]]
+
+
+def test_small_real_differences_are_still_standardised():
+    # 100 vs 100.001 in fp32 (d = 0.00100708, > 8 ulps): std d/√2, A = ±(d/2) / (d/√2 + 1e-6).
+    r = torch.tensor([[100.0, 100.001]])
+    d = float(r[0, 1].double() - r[0, 0].double())
+    a = (d / 2) / (d / 2**0.5 + 1e-6)
+    assert group_advantages(r).tolist()[0] == pytest.approx([-a, a], rel=1e-6)
+    # Integer returns 5 and 6: mean 5.5, std 1/√2, A = ±0.5 / (0.7071068 + 1e-6).
+    assert group_advantages(torch.tensor([[5, 6]])).tolist()[0] == pytest.approx([-0.5 / (0.5**0.5 + 1e-6), 0.5 / (0.5**0.5 + 1e-6)], rel=1e-6)
+
+
 def test_bad_input_raises():
     with pytest.raises(ValueError, match="G, N"):
         group_advantages(torch.zeros(4))
@@ -36,6 +57,8 @@ def test_bad_input_raises():
         group_advantages(torch.zeros(3, 1))
     with pytest.raises(ValueError, match="finite"):
         group_advantages(torch.tensor([[1.0, float("nan")]]))
+    with pytest.raises(ValueError, match="eps must be a finite number ≥ 0, got -1"):
+        group_advantages(torch.tensor([[0.0, 1.0]]), eps=-1)
 
 
 def test_token_advantages_broadcast_to_masked_tokens():

@@ -39,6 +39,7 @@ def test_overview_and_every_command_help(capsys):
         (["train", "--rollout.group-size", "1"], "group_size must be ≥ 2"),
         (["train", "--algo.low-prob-threshold", "0.5"], "low_prob_threshold"),
         (["train", "--rollout.p-memory", "1.5"], "p_memory"),
+        (["train", "--algo.adv-eps", "0"], "algo.adv_eps is the ε added to the group std and must be a finite number > 0 (paper: 1e-6), got 0.0"),
         (["train", "--run-id", "../x"], "invalid run id"),
         (["train", "--resume", "nope"], "no session 'nope'"),
         (["train", "--more", "3"], "--more only applies with --resume"),

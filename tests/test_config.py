@@ -31,11 +31,20 @@ def test_json_round_trip_keeps_tuples():
         ("policy", {"quantization": "3bit"}, "policy.quantization"),
         ("policy", {"decoding": "beam"}, "policy.decoding"),
         ("env", {"name": "alfworld"}, "env.name"),
+        ("algo", {"adv_eps": 0.0}, "algo.adv_eps"),
     ],
 )
 def test_bad_values_are_named(section, values, needle):
     with pytest.raises(ValueError, match=needle.replace(".", r"\.")):
         RunConfig().with_overrides(**{section: values}).validate()
+
+
+@pytest.mark.parametrize("eps", [0.0, -1.0, float("inf"), True])
+def test_adv_eps_must_be_positive(eps):
+    with pytest.raises(ValueError) as err:
+        RunConfig().with_overrides(algo={"adv_eps": eps}).validate()
+    assert str(err.value) == f"algo.adv_eps is the ε added to the group std and must be a finite number > 0 (paper: 1e-6), got {eps!r}"
+    assert RunConfig().with_overrides(algo={"adv_eps": 1e-8}).validate().algo.adv_eps == 1e-8
 
 
 def test_unknown_keys_are_named():

@@ -40,7 +40,7 @@ def test_turns_are_the_prompts_as_sampled_and_keep_token_ids():
     turns = episode_turns(ep)
     assert turns == (
         Turn("user 0", (10, 20), ("look around", "wait")),
-        Turn(prompts.with_tips("user 1", ep.steps[1].tips), (11, 21), ("open door", "wait")),
+        Turn(prompts.with_tips("user 1", ep.steps[1].tips, prompts.prompt_style(ep.env)), (11, 21), ("open door", "wait")),
         Turn("user 2", (12, 22), ("go kitchen", "wait")),
     )
     assert "tip one" in turns[1].user_text and "tip two" in turns[1].user_text

@@ -57,7 +57,8 @@ def rule_store(tmp_path):
         "q": QUERY, "kA": at_cos(1.0), "kB": at_cos(0.8), "kC": at_cos(0.49), "kD": at_cos(0.51),
         "kE": at_cos(0.9), "kF": at_cos(0.95), "kG": at_cos(0.7),
     }
-    store = TipStore.open(tmp_path / "tips.lance", DictEmbedder(vectors), MemoryConfig(top_k=10))
+    # The similarity rule itself: curated (manual) tips are not pinned here (see test_curated_tips_*).
+    store = TipStore.open(tmp_path / "tips.lance", DictEmbedder(vectors), MemoryConfig(top_k=10, pin_curated=False))
     ids = {
         "A": store.add_tip("t", 0, "A", score=10, key_text="kA").tip_id,
         "B": store.add_tip("t", 0, "B", score=50, key_text="kB").tip_id,
@@ -84,7 +85,7 @@ def test_retrieval_rule_threshold_score_order_partition_disabled(rule_store, eng
 
 def test_retrieval_top_k_and_threshold_override(rule_store):
     store, _ = rule_store
-    store.cfg = MemoryConfig(top_k=2)
+    store.cfg = MemoryConfig(top_k=2, pin_curated=False)
     assert [t.text for t in store.retrieve("t", 0, "q")] == ["B", "A"]
     got = store.retrieve_vector("t", 0, np.array(QUERY, np.float32), threshold=0.75, top_k=10)
     assert [t.text for t in got] == ["B", "A"]  # G (0.7) and D (0.51) drop out at 0.75
@@ -104,6 +105,41 @@ def test_engines_agree_and_batch_matches_single(rule_store):
         store.retrieve_vector("t", 0, np.ones(3, np.float32))
     with pytest.raises(ValueError, match="engine"):
         store.retrieve_vector("t", 0, np.ones(4, np.float32), engine="faiss")
+
+
+def test_curated_tips_are_pinned_first_at_every_step_whatever_their_similarity(rule_store):
+    store, ids = rule_store
+    store.cfg = MemoryConfig(top_k=3, pin_curated=True)
+    ep = make_episode(["go kitchen"], 100.0, episode_id="gen")  # a generated tip: not pinned
+    emb = store.embedder
+    emb.table["kgen"] = at_cos(0.95)
+    store.add_episode_tips(ep, "generated tip", "kgen")
+    # every manual tip of the partition that is enabled (A B C D G; F is disabled) comes first,
+    # ordered by score (C 100 although its similarity 0.49 is below the threshold), cut at top_k.
+    got = store.retrieve("t", 0, "q")
+    assert [t.text for t in got] == ["C", "B", "A"]
+    store.cfg = MemoryConfig(top_k=10, pin_curated=True)
+    texts = [t.text for t in store.retrieve("t", 0, "q")]
+    assert texts[:5] == ["C", "B", "A", "G", "D"] and texts[5].startswith("generated tip")
+    # a query unlike every key (similarity 0 to all) still gets the curated tips, and only them;
+    # A and G tie on score and similarity now, so the newer (G) comes first
+    emb.table["far"] = [0.0, 0.0, 0.0, 1.0]
+    assert [t.text for t in store.retrieve("t", 0, "far")] == ["C", "B", "G", "A", "D"]
+
+
+def test_retrieve_explained_says_why_the_nearest_other_tips_were_not_shown(rule_store):
+    store, ids = rule_store
+    store.cfg = MemoryConfig(top_k=2, pin_curated=False)
+    [(hits, skipped)] = store.retrieve_explained("t", 0, ["q"])
+    assert [t.text for t in hits] == ["B", "A"]
+    # nearest first: F (0.95, disabled), G (0.7, outside top 2), D (0.51, outside), C (0.49, below)
+    assert [(t.text, t.reason) for t in skipped] == [
+        ("F", "disabled"),
+        ("G", "outside the top 2 (score 10.0)"),
+        ("D", "outside the top 2 (score -20.0)"),
+        ("C", "similarity 0.49 ≤ threshold 0.50"),
+    ]
+    assert [round(t.similarity, 2) for t in skipped] == [0.95, 0.7, 0.51, 0.49]
 
 
 def test_cached_keys_follow_writes_from_another_handle(rule_store):
@@ -171,7 +207,7 @@ def test_entry_text_wording():
 def test_hash_embedder_store_end_to_end(tmp_path):
     from empo2_studio.memory import make_embedder
 
-    store = TipStore.open(tmp_path / "s", make_embedder("hash"), MemoryConfig(similarity_threshold=0.3))
+    store = TipStore.open(tmp_path / "s", make_embedder("hash"), MemoryConfig(similarity_threshold=0.3, pin_curated=False))
     store.add_tip("t", 0, "connect the red wire to the battery anode", score=5)
     store.add_tip("t", 0, "the bathroom has a bathtub and a sink", score=90)
     got = store.retrieve("t", 0, "connect red wire to battery")

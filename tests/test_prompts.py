@@ -28,13 +28,13 @@ def test_focus_items_extracts_objects_in_order_without_duplicates():
 
 
 def test_first_user_message_exact():
-    msg = first_user_message("trap", OBS, ("look around\nYou see a lamp.", "go to kitchen"))
+    msg = first_user_message("scienceworld", OBS, ("look around\nYou see a lamp.", "go to kitchen"))
     expected = (
         prompts.INTRO
         + "\n\nExample 1:\nlook around\nYou see a lamp.\n\nExample 2:\ngo to kitchen\n\n"
         + "Your task: Your task is to turn on the red light bulb. First, focus on the red light bulb. Then, turn it on.\n"
-        + "Allowed action formats (OBJ is an object, LOC a place): look around, go to ROOM, focus on OBJ, "
-        + "turn on OBJ, pick up OBJ, water OBJ.\n"
+        + "Allowed action formats (OBJ is an object, LOC a place): "
+        + ", ".join(prompts.action_formats("scienceworld")) + ".\n"
         + 'When you arrive in a new place, use "look around" to see what is there.\n'
         + "The only things you may focus on are: red light bulb. Focusing on anything else, such as a "
         + "container, ends the task as failed.\n"
@@ -46,13 +46,43 @@ def test_first_user_message_exact():
 
 
 def test_first_user_message_without_fewshot_starts_with_task():
-    assert first_user_message("trap", OBS, ()).startswith("Your task: Your task is to turn on")
+    assert first_user_message("scienceworld", OBS, ()).startswith("Your task: Your task is to turn on")
 
 
 def test_step_user_message_exact():
-    assert step_user_message(OBS) == (
+    assert step_user_message(OBS) == step_user_message(OBS, "scienceworld") == (
         "Observation: You are in the hallway. You see a door to the kitchen.\n\n" + FINAL_INSTRUCTION
     )
+
+
+def test_compact_style_for_the_trap_exact():
+    assert prompts.prompt_style("trap") == "compact" and prompts.prompt_style("scienceworld") == "paper"
+    # few-shot runs are not shown in the compact style
+    assert first_user_message("trap", OBS, ("look around\nYou see a lamp.",)) == (
+        "Task: Your task is to turn on the red light bulb. First, focus on the red light bulb. Then, turn it on. "
+        "Focusing on anything else fails the task. Reply with one action from the list.\n\n"
+        "Observation: You are in the hallway. You see a door to the kitchen.\n"
+        "Actions: go to kitchen | look around"
+    )
+    held = Observation(**{**{f: getattr(OBS, f) for f in OBS.__slots__}, "inventory": "In your inventory, you see: a watering can."})
+    assert step_user_message(held, "trap") == (
+        "Observation: You are in the hallway. You see a door to the kitchen.\n"
+        "In your inventory, you see: a watering can.\n"
+        "Actions: go to kitchen | look around"
+    )
+
+
+def test_compact_tips_block_shows_each_distinct_tip_once_at_the_end():
+    entry = "The bulb is in the kitchen; at that step the action taken was go to kitchen; the episode ended with score 100.0/100"
+    tips = [
+        RetrievedTip("a", entry, 100.0, 0.9),
+        RetrievedTip("b", entry.replace("go to kitchen;", "look around;"), 100.0, 0.8),
+        RetrievedTip("c", "Try the workshop.", 0.0, 0.7),
+    ]
+    assert with_tips("hello", tips, "compact") == (
+        "hello\n\nNotes from your earlier attempts:\n- The bulb is in the kitchen\n- Try the workshop."
+    )
+    assert with_tips("hello", [], "compact") == "hello"
 
 
 def test_with_tips_appends_block_and_is_identity_without_tips():

@@ -121,9 +121,9 @@ def test_memory_mode_retrieves_every_step_and_records_both_prompts(tiny_policy, 
             assert 0 < len(s.tips) <= 10
             assert all(-1.0 <= t.similarity <= 1.0 for t in s.tips)
             assert s.tips[0].text not in s.user_message  # the tip-free variant
-            assert s.tips[0].text in with_tips_message(s)
+            assert prompts.note_text(s.tips[0].text) in with_tips_message(s, "trap")
     # What the policy saw at step 0 is exactly the with-tips rendering of the recorded step.
-    assert spy.calls[0][0].turns[-1].user_text == with_tips_message(memory[0].steps[0])
+    assert spy.calls[0][0].turns[-1].user_text == with_tips_message(memory[0].steps[0], "trap")
 
 
 class SpyStore:
@@ -132,9 +132,9 @@ class SpyStore:
     def __init__(self, inner):
         self.inner, self.batches = inner, []
 
-    def retrieve_batch(self, task, variation, queries):
+    def retrieve_explained(self, task, variation, queries):
         self.batches.append(list(queries))
-        return self.inner.retrieve_batch(task, variation, queries)
+        return self.inner.retrieve_explained(task, variation, queries)
 
 
 def test_memory_queries_of_a_lock_step_are_embedded_in_one_batch(tiny_policy, store):
@@ -206,7 +206,8 @@ def test_write_group_tips_stores_one_entry_per_step(tiny_policy, store):
     assert timings.memory > 0
     # The key is the conversation's tail (MiniLM reads only its first 256 word-pieces).
     key = key_text(out[0])
-    assert key.endswith("assistant: " + out[0].steps[-1].sample.text) and len(key) == KEY_TAIL_CHARS
+    full = prompts.conversation_text([(s.user_message, s.sample.text) for s in out[0].steps])
+    assert key.endswith("assistant: " + out[0].steps[-1].sample.text) and key == full[-KEY_TAIL_CHARS:]
 
 
 def test_side_by_side_streams_both_sides_in_one_batch(tiny_policy, store):

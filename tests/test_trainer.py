@@ -131,8 +131,8 @@ class NaNScores:
     def __getattr__(self, name):
         return getattr(self.inner, name)
 
-    def score(self, conversations):
-        return [[lp * float("nan") for lp in conv] for conv in self.inner.score(conversations)]
+    def score(self, conversations, **kw):
+        return [[lp * float("nan") for lp in conv] for conv in self.inner.score(conversations, **kw)]
 
 
 def test_nan_loss_skips_the_step_and_never_touches_weights(tmp_path, tiny_policy):

@@ -168,6 +168,25 @@ def test_bad_input_names_valid_values(env):
         TrapEnv(step_limit=0)
 
 
+@pytest.mark.parametrize("variation", [True, False, 1.0, "3", None])
+def test_variation_must_be_an_int_not_a_bool(env, variation):
+    with pytest.raises(ValueError) as err:
+        env.reset("trap-light-bulb", variation)
+    assert str(err.value) == (
+        "variation must be an int in 0–47 (train 0–23, dev 24–35, test 36–47), "
+        f"got {variation!r} ({type(variation).__name__})"
+    )
+    with pytest.raises(ValueError, match=r"must be an int in 0–47"):
+        env.layout("trap-light-bulb", variation)
+
+
+def test_numpy_integer_variation_is_an_int():
+    import numpy as np
+
+    obs = TrapEnv().reset("trap-light-bulb", np.int64(3))
+    assert obs.variation == 3 and type(obs.variation) is int
+
+
 def test_make_env_and_action_formats():
     env = make_env(EnvConfig(name="trap", task="trap-water-plant", step_limit=5))
     assert isinstance(env, TrapEnv) and env.step_limit("trap-water-plant") == 5

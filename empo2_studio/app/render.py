@@ -17,7 +17,8 @@ def _clip(text: str, n: int = _OBS_CHARS) -> str:
 
 def step_html(step: Step, side: str) -> str:
     """One step card: executed action (marked when corrected), raw model text, reward, running
-    score, the observation after the action and, for the memory side, the tips with similarity."""
+    score, the observation after the action and, for the memory side, the tips with similarity and
+    the nearest tips that were not shown with the reason (disabled, below the threshold, outside top-k)."""
     corrected = (
         ' <span class="e2-badge e2-corrected" title="the model text was mapped to the closest valid action">'
         "corrected</span>"
@@ -43,6 +44,14 @@ def step_html(step: Step, side: str) -> str:
                      f"<ul>{items}</ul></details>")
     elif side == "memory":
         parts.append('<div class="e2-tips e2-muted">no tips retrieved</div>')
+    if step.skipped_tips:
+        items = "".join(
+            f'<li><span class="e2-sim">{t.similarity:.2f}</span> <span class="e2-why">{escape(t.reason)}</span>: '
+            f'<span class="e2-tiptext">{escape(_clip(t.text, 160))}</span></li>'
+            for t in step.skipped_tips
+        )
+        parts.append(f'<details class="e2-skipped"><summary>{len(step.skipped_tips)} nearest tips not shown, and why'
+                     f"</summary><ul>{items}</ul></details>")
     parts.append(f'<pre class="e2-obs">{escape(_clip(step.observation))}</pre></div>')
     return "".join(parts)
 
@@ -85,7 +94,8 @@ CSS = """
 .e2-pos { color: #16a34a; font-weight: 600; } .e2-neg { color: #dc2626; font-weight: 600; }
 .e2-raw { color: var(--body-text-color-subdued); margin: 2px 0; }
 .e2-obs { white-space: pre-wrap; font-size: 12px; margin: 4px 0 0; max-height: 140px; overflow: auto; }
-.e2-tips ul { margin: 2px 0 2px 16px; padding: 0; } .e2-sim { font-family: var(--font-mono); color: #2563eb; }
+.e2-tips ul, .e2-skipped ul { margin: 2px 0 2px 16px; padding: 0; } .e2-skipped { color: var(--body-text-color-subdued); }
+.e2-why { font-style: italic; } .e2-sim { font-family: var(--font-mono); color: #2563eb; }
 .e2-muted { color: var(--body-text-color-subdued); } .e2-done { color: #16a34a; font-size: 13px; }
 .e2-live { color: #2563eb; font-size: 13px; } .e2-task { font-style: italic; margin-bottom: 4px; }
 .e2-progress { position: relative; height: 22px; border-radius: 4px; background: var(--background-fill-secondary); overflow: hidden; }

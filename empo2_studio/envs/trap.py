@@ -22,6 +22,7 @@ shuffled once with a fixed seed; indices 0–23 are train, 24–35 dev, 36–47 
 from __future__ import annotations
 
 import itertools
+import numbers
 import random
 from collections import deque
 from dataclasses import dataclass, field
@@ -202,6 +203,11 @@ class TrapEnv:
         """Where everything is in `task` at `variation` (for tests and the UI, not the agent)."""
         self._check_task(task)
         n = len(self._layouts[task])
+        if isinstance(variation, bool) or not isinstance(variation, numbers.Integral):
+            raise ValueError(
+                f"variation must be an int in 0–{n - 1} (train 0–23, dev 24–35, test 36–47), "
+                f"got {variation!r} ({type(variation).__name__})"
+            )
         if not 0 <= variation < n:
             raise ValueError(
                 f"variation {variation!r} of {task!r} is outside 0–{n - 1} "
@@ -226,6 +232,19 @@ class TrapEnv:
         actions += [f"go to {r}" for r in _route(room, lay.target_room)]
         actions += [f"focus on {lay.target}", f"{spec.verb} {lay.target}"]
         return actions
+
+    def curated_tip(self, task: str, variation: int) -> str:
+        """A correct tip for `task` at `variation`, as a teacher would write it: where the target (and
+        the watering can) is, then the winning actions in the valid-action wording.
+
+        >>> TrapEnv().curated_tip("trap-light-bulb", 0)  # doctest: +ELLIPSIS
+        'The ... light bulb is in the ...: go to ..., then focus on ... light bulb, then turn on ... light bulb.'
+        """
+        lay = self.layout(task, variation)
+        where = f"The {lay.target} is in the {lay.target_room}"
+        if task == "trap-water-plant":
+            where = f"The {CAN} is in the {lay.objects[CAN]} and the {lay.target} is in the {lay.target_room}"
+        return f"{where}: " + ", then ".join(self.gold_path(task, variation)) + "."
 
     def focus_first_path(self, task: str, variation: int) -> list[str]:
         """The pretrained reflex: focus on the first look-alike in the start room right away."""
@@ -254,8 +273,10 @@ class TrapEnv:
 
     # ---- episode -------------------------------------------------------------------------------
     def reset(self, task: str, variation: int) -> Observation:
+        """Start `task` at `variation` (an int in 0–47; a bool or non-integer is a ValueError naming it
+        and the valid range, as is an unknown task or a variation out of range)."""
         lay = self.layout(task, variation)
-        self._state = _State(layout=lay, variation=variation, objects=dict(lay.objects))
+        self._state = _State(layout=lay, variation=int(variation), objects=dict(lay.objects))
         return self._observation(self._describe_room())
 
     def step(self, action_text: str) -> StepResult:

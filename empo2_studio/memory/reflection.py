@@ -22,10 +22,15 @@ import re
 from typing import Sequence
 
 from empo2_studio.policy import Policy, Turn, prompts
+from empo2_studio.policy.prompts import focus_items
 from empo2_studio.types import Episode
 
 MAX_TIP_WORDS = 100
 FALLBACK_PREFIX = "[no tip written by the model]"
+RECORD_PREFIX = "[from the record]"
+"""Marks the structured, trajectory-derived line of a tip (not written by the model)."""
+OWN_NOTE_PREFIX = "[the model's note]"
+_ROOM = re.compile(r"This room is called the ([^.]+)\. In it, you see: (.*?)(?:\. Doors lead to|$)")
 
 TIP_INSTRUCTION = (
     "Thank you for playing. This trajectory has now ended. "
@@ -43,7 +48,7 @@ def episode_turns(episode: Episode) -> tuple[Turn, ...]:
     """The episode's conversation as turns: user message (+ its tips block) → sampled action ids."""
     return tuple(
         Turn(
-            user_text=prompts.with_tips(step.user_message, step.tips),
+            user_text=prompts.with_tips(step.user_message, step.tips, prompts.prompt_style(episode.env)),
             action_ids=tuple(step.sample.token_ids),
             valid_actions=step.valid_actions,
         )
@@ -66,7 +71,74 @@ def write_tips(policy: Policy, episodes: Sequence[Episode]) -> list[str]:
     )
     if len(replies) != len(episodes):
         raise ValueError(f"policy.write_tips returned {len(replies)} tips for {len(episodes)} episodes")
-    return [clean_tip(r, e) for r, e in zip(replies, episodes)]
+    return [with_record(clean_tip(r, e), e) for r, e in zip(replies, episodes)]
+
+
+def record_line(task_description: str, steps: Sequence[tuple[str, float, str]]) -> str:
+    """The structured line of a tip, derived from the trajectory alone (no model call).
+
+    Args:
+        task_description: the task text; the objects it says to focus on are what the line looks for.
+        steps: (executed action, reward, observation after the action) per step, in order; the
+            first observation of the episode may be passed as a step with action "".
+
+    Returns:
+        "[from the record] The X was seen in the R. Actions that scored: a, b. Action that failed the
+        task: c." — or, when X was never seen, which rooms were searched without finding it. Parts
+        with nothing to say are left out; "" when there is nothing at all.
+
+    Departure (issue 10 of this project, not in the paper): the embedded 135M model writes mostly
+    unusable tips, so each tip carries this line next to the model's own sentence. It names rooms and
+    actions in the environment's own wording, which a small model can follow.
+    """
+    targets = focus_items(task_description)
+    seen_in: dict[str, str] = {}
+    searched: list[str] = []
+    for _, _, observation in steps:
+        for room, contents in _ROOM.findall(observation):
+            room = room.strip()
+            for target in targets:
+                if target in contents and target not in seen_in:
+                    seen_in[target] = room
+            if room not in searched:
+                searched.append(room)
+    parts = [f"The {t} was seen in the {room}." for t, room in seen_in.items()]
+    missing = [t for t in targets if t not in seen_in]
+    if missing and searched:
+        parts.append(f"The {missing[0]} was not in: {', '.join(searched)}.")
+    scored = [a for a, r, _ in steps if a and r > 0]
+    if scored:
+        parts.append("Actions that scored: " + ", ".join(dict.fromkeys(scored)) + ".")
+    failed = [a for a, r, _ in steps if a and r < 0]
+    if failed:
+        parts.append(f"Action that failed the task: {failed[-1]}.")
+    return f"{RECORD_PREFIX} " + " ".join(parts) if parts else ""
+
+
+def episode_record(episode: Episode) -> str:
+    """`record_line` of a played episode; the first observation is read from step 0's user message."""
+    if not episode.steps:
+        return ""
+    first = ("", 0.0, episode.steps[0].user_message)
+    steps = [(s.action or s.sample.text, s.reward, s.observation) for s in episode.steps]
+    return record_line(_task_description(episode), [first, *steps])
+
+
+def _task_description(episode: Episode) -> str:
+    first = episode.steps[0].user_message if episode.steps else ""
+    m = re.search(r"Task: (.*?)(?:\n|$)", first) or re.search(r"Your task: (.*?)(?:\n|$)", first)
+    return m.group(1) if m else ""
+
+
+def with_record(tip: str, episode: Episode) -> str:
+    """The stored tip: the structured record line, then the model's own sentence marked as such
+    (a fallback tip, which only restates the score and actions, is dropped when a record exists)."""
+    record = episode_record(episode)
+    if not record:
+        return tip
+    if not tip or tip.startswith(FALLBACK_PREFIX):
+        return record
+    return _cap_words(f"{record} {OWN_NOTE_PREFIX} {tip}")
 
 
 def clean_tip(reply: str | None, episode: Episode) -> str:

@@ -4,6 +4,13 @@ The rollout and the trainer talk to the policy only through the request types an
 protocol below, in token ids for everything the policy produced: a past action is never decoded
 and re-encoded. A conversation is a sequence of turns; each turn is a user message (rendered text,
 with or without the tips block) answered by the exact sampled action token ids.
+
+Temperature rule (as in the recipe, verl): the behaviour policy is the *tempered* distribution
+softmax(logits / T) that the action was sampled from, and training re-scores with the same T, so the
+importance ratio's numerator and denominator are the same distribution at the same temperature and
+equal exactly (float rounding) before an update. Greedy decoding (T = 0) records and scores the
+log-probs at T = 1 (`logprob_temperature`). The temperature of every episode is stored in
+`Episode.temperature`; `update.policy_update` passes it to `Policy.score`.
 """
 
 from __future__ import annotations
@@ -43,6 +50,16 @@ class ActionRequest:
     turns: tuple[Turn, ...]
 
 
+def logprob_temperature(temperature: float) -> float:
+    """The temperature log-probs are taken at for a sampling temperature: T itself, 1 for greedy (T = 0).
+
+    Raises ValueError for a negative or non-finite temperature (or a bool / non-number).
+    """
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0 <= temperature < float("inf"):
+        raise ValueError(f"temperature must be a finite number ≥ 0 (0 = greedy), got {temperature!r}")
+    return float(temperature) if temperature > 0 else 1.0
+
+
 class Policy(Protocol):
     decoding: Decoding
     """"free" or "constrained" (see types.Decoding)."""
@@ -53,7 +70,8 @@ class Policy(Protocol):
         """Sample the next action for every request in one batched call.
 
         Returns one ActionSample per request with the sampled token ids (≤ max_action_tokens,
-        stopping at end-of-line or EOS) and the behaviour log-prob of each token. Raises ValueError
+        stopping at end-of-line or EOS) and the behaviour log-prob of each token under
+        softmax(logits / temperature) (T = 1 when greedy, see `logprob_temperature`). Raises ValueError
         on an empty batch or a request whose last turn already has an action.
         """
         ...
@@ -62,13 +80,19 @@ class Policy(Protocol):
         """Drop the cached state (KV cache) kept for episode `key`."""
         ...
 
-    def score(self, conversations: Sequence[Sequence[Turn]]) -> list[list[torch.Tensor]]:
+    def score(
+        self, conversations: Sequence[Sequence[Turn]], *, temperature: float | Sequence[float] = 1.0
+    ) -> list[list[torch.Tensor]]:
         """Per-token log-probs of every turn's `action_ids` under its conversation, packed.
 
+        `temperature`: the sampling temperature of all conversations, or one per conversation; the
+        log-probs are those of softmax(logits / T) (T = 0 scores at 1, like greedy sampling).
         Returns, per conversation, one 1-D tensor per turn of shape (len(action_ids),); gradients
         flow to the LoRA parameters when grad is enabled. Constrained decoding applies the same
         masks as sampling (rebuilt from `valid_actions`), so a re-score of sampled tokens with
-        unchanged weights equals the behaviour log-probs.
+        unchanged weights at the sampling temperature equals the behaviour log-probs.
+        Raises ValueError on an empty batch, an unanswered turn, a bad temperature or a temperature
+        list of another length.
         """
         ...
 

@@ -3,8 +3,10 @@
 sample  — batched next-action sampling with per-episode KV caches (see sampling.py);
 score   — exact per-token log-probs of the sampled actions, packed: one forward per conversation
           (turn t's prompt is a prefix of turn t+1's), instead of one forward per turn over its whole
-          history (the recipe's layout); constrained decoding rebuilds its masks from the turns'
-          valid actions, so an unchanged policy re-scores its own samples with ratio 1;
+          history (the recipe's layout); logits are divided by the episode's sampling temperature
+          (the behaviour distribution, see `policy.logprob_temperature`) and constrained decoding
+          rebuilds its masks from the turns' valid actions, so an unchanged policy re-scores its own
+          samples with ratio 1 at every temperature;
 write_tips — free-text reflection after an episode (paper §2), through the same cached sampler;
 adapter I/O — PEFT directory format.
 """
@@ -18,7 +20,7 @@ from typing import Any, Sequence
 
 import torch
 
-from empo2_studio.policy import ActionRequest, Turn
+from empo2_studio.policy import ActionRequest, Turn, logprob_temperature
 from empo2_studio.policy.sampling import CachedSampler
 from empo2_studio.policy.tokens import ActionTrie, ChatFormat
 from empo2_studio.types import ActionSample
@@ -142,43 +144,54 @@ class HFPolicy:
 
     # ---------------------------------------------------------------- scoring
 
-    def score(self, conversations: Sequence[Sequence[Turn]]) -> list[list[torch.Tensor]]:
+    def score(
+        self, conversations: Sequence[Sequence[Turn]], *, temperature: float | Sequence[float] = 1.0
+    ) -> list[list[torch.Tensor]]:
         """Per-token log-probs of every turn's action ids, one forward per conversation (packed).
 
-        Returns per conversation a list of 1-D tensors (len(action_ids),). Gradients flow to the
-        LoRA parameters when grad is enabled. Falls back to `score_per_turn` (and counts it in
-        `metrics["policy/packed_fallback"]`) when the chat template breaks the prefix property.
+        `temperature` is the sampling temperature of every conversation or one per conversation; the
+        log-probs are those of softmax(logits / T), masked in constrained decoding — the distribution
+        `sample` drew from (T = 0, greedy, scores at T = 1). Returns per conversation a list of 1-D
+        tensors (len(action_ids),). Gradients flow to the LoRA parameters when grad is enabled. Falls
+        back to `score_per_turn` (and counts it in `metrics["policy/packed_fallback"]`) when the chat
+        template breaks the prefix property. ValueError: see `Policy.score`.
         """
-        self._check_conversations(conversations)
+        temps = self._check_conversations(conversations, temperature)
         if not self.chat_format.packed:
             self.metrics["policy/packed_fallback"] += len(conversations)
-            return self.score_per_turn(conversations)
+            return self.score_per_turn(conversations, temperature=temperature)
         out = []
-        for conv in conversations:
+        for conv, temp in zip(conversations, temps):
             ids, spans = self.chat_format.conversation_ids(conv)
             positions = [p for s, e in spans for p in range(s - 1, e - 1)]
             targets = [t for turn in conv for t in turn.action_ids]  # type: ignore[union-attr]
-            logits = self._logits(ids, positions)
+            logits = self._logits(ids, positions) / temp
             logp = self._token_logprobs(logits, targets, self._masks(conv))
             out.append(list(torch.split(logp, [e - s for s, e in spans])))
         return out
 
-    def score_per_turn(self, conversations: Sequence[Sequence[Turn]]) -> list[list[torch.Tensor]]:
-        """The reference layout: one forward per turn over that turn's whole prompt + action."""
-        self._check_conversations(conversations)
+    def score_per_turn(
+        self, conversations: Sequence[Sequence[Turn]], *, temperature: float | Sequence[float] = 1.0
+    ) -> list[list[torch.Tensor]]:
+        """The reference layout: one forward per turn over that turn's whole prompt + action
+        (same arguments, returns and temperature rule as `score`)."""
+        temps = self._check_conversations(conversations, temperature)
         out = []
-        for conv in conversations:
+        for conv, temp in zip(conversations, temps):
             per_turn = []
             for t, turn in enumerate(conv):
                 prompt = self.prompt_ids(list(conv[:t]) + [Turn(turn.user_text, None, turn.valid_actions)])
                 action = list(turn.action_ids)  # type: ignore[arg-type]
                 positions = list(range(len(prompt) - 1, len(prompt) + len(action) - 1))
-                logits = self._logits(prompt + action, positions)
+                logits = self._logits(prompt + action, positions) / temp
                 per_turn.append(self._token_logprobs(logits, action, self._masks([turn])))
             out.append(per_turn)
         return out
 
-    def _check_conversations(self, conversations: Sequence[Sequence[Turn]]) -> None:
+    def _check_conversations(
+        self, conversations: Sequence[Sequence[Turn]], temperature: float | Sequence[float]
+    ) -> list[float]:
+        """Validate a scoring batch; returns the divisor of each conversation's logits."""
         if not conversations:
             raise ValueError("score() needs at least one conversation, got an empty batch")
         for i, conv in enumerate(conversations):
@@ -186,6 +199,12 @@ class HFPolicy:
                 raise ValueError(f"conversation {i} has no turns")
             if any(t.action_ids is None for t in conv):
                 raise ValueError(f"conversation {i}: every turn needs action_ids to be scored")
+        if isinstance(temperature, (int, float)) and not isinstance(temperature, bool):
+            return [logprob_temperature(temperature)] * len(conversations)
+        temps = list(temperature)  # type: ignore[arg-type]
+        if len(temps) != len(conversations):
+            raise ValueError(f"score() got {len(temps)} temperatures for {len(conversations)} conversations")
+        return [logprob_temperature(t) for t in temps]
 
     def _logits(self, ids: list[int], positions: list[int]) -> torch.Tensor:
         x = torch.tensor([ids], device=self.device)
@@ -260,24 +279,33 @@ class HFPolicy:
 
     def load_adapter(self, path: str) -> None:
         """Load LoRA weights saved by `save_adapter`. ValueError if the directory is not a PEFT adapter,
-        was saved for another base model or has another LoRA shape; the current weights stay unchanged."""
+        was saved for another base model, has another LoRA rank / targets, or holds tensors whose shapes
+        do not fit this model (another model's adapter); the current weights stay unchanged."""
         from peft import set_peft_model_state_dict
         from safetensors.torch import load_file
+
+        from empo2_studio.policy.loading import (
+            adapter_config_mismatch,
+            adapter_shape_mismatches,
+            module_shapes,
+            safetensors_shapes,
+        )
 
         folder = Path(path)
         cfg_file, weights = folder / "adapter_config.json", folder / "adapter_model.safetensors"
         if not cfg_file.is_file() or not weights.is_file():
             raise ValueError(f"{str(path)!r} is not a PEFT adapter directory (needs {cfg_file.name} and {weights.name})")
         saved = json.loads(cfg_file.read_text())
-        base = saved.get("base_model_name_or_path")
-        if base != self.base_model_name:
-            raise ValueError(f"adapter {str(path)!r} was saved for base model {base!r}, this policy is {self.base_model_name!r}")
         ours = self.model.peft_config["default"]
-        if saved.get("r") != ours.r or sorted(saved.get("target_modules") or []) != sorted(ours.target_modules):
-            raise ValueError(
-                f"adapter {str(path)!r} has r={saved.get('r')} targets={sorted(saved.get('target_modules') or [])}; "
-                f"this policy has r={ours.r} targets={sorted(ours.target_modules)}"
-            )
+        problem = adapter_config_mismatch(saved, self.base_model_name, ours.r, ours.target_modules)
+        if problem:
+            raise ValueError(f"adapter {str(path)!r} {problem}")
+        # Shapes first: a size mismatch inside set_peft_model_state_dict comes after the tensors that
+        # did fit were already copied in.
+        problems = adapter_shape_mismatches(safetensors_shapes(weights), module_shapes(self.model.get_base_model()), ours.r)
+        if problems:
+            more = f" (and {len(problems) - 1} more mismatched tensors)" if len(problems) > 1 else ""
+            raise ValueError(f"adapter {str(weights)!r} does not fit base model {self.base_model_name!r}: {problems[0]}{more}")
         state = load_file(str(weights), device=str(self.device))
         result = set_peft_model_state_dict(self.model, state)
         if getattr(result, "unexpected_keys", None):

@@ -1,5 +1,14 @@
 """The agent's chat, as text (../shared/method.md §3 "Action format / prompt"; paper App. B).
 
+Two prompt styles, chosen by environment (`PROMPT_STYLES`):
+
+- "paper" (ScienceWorld): the structure of the paper's appendix, described below.
+- "compact" (the exploration trap): task, one-line instruction, observation, and the step's valid
+  actions listed ("Actions: a | b | c"); no few-shot runs. Tips go at the very end of the message, right
+  before the agent answers, as a short "Notes" list. Departure, measured in benchmarks/bench_lesson.py:
+  the embedded 135M model reads the notes only when they are short, close to the answer and phrased in
+  the valid-action wording, and every prompt token is paid for at every step on a CPU.
+
 Step 0's user message holds the instructions, the few-shot example runs, the task, the allowed action
 formats, the `look around` hint, the items that may be focused on, the inventory and the first
 observation. Every later step's user message is the new observation. Each step's user message ends
@@ -61,8 +70,34 @@ def _examples_block(fewshot: Sequence[str]) -> str:
     return INTRO + "\n\n" + "\n\n".join(runs) + "\n\n"
 
 
+PROMPT_STYLES: dict[str, str] = {"trap": "compact"}
+"""Prompt style per environment name; environments not listed use "paper"."""
+COMPACT_INSTRUCTION = "Reply with one action from the list."
+COMPACT_NOTES_HEADER = "Notes from your earlier attempts:"
+
+
+def prompt_style(env_name: str) -> str:
+    """"compact" or "paper" for `env_name` (see the module docstring)."""
+    return PROMPT_STYLES.get(env_name, "paper")
+
+
+def _compact_state(obs: Observation) -> str:
+    inventory = obs.inventory.strip()
+    lines = [f"Observation: {obs.text.strip()}"]
+    if inventory and "nothing" not in inventory:
+        lines.append(inventory)
+    lines.append("Actions: " + " | ".join(obs.valid_actions))
+    return "\n".join(lines)
+
+
 def first_user_message(env_name: str, obs: Observation, fewshot: Sequence[str]) -> str:
-    """Step 0's user message: instructions, few-shot runs, task, formats, hints, inventory, observation."""
+    """Step 0's user message: instructions, few-shot runs, task, formats, hints, inventory, observation
+    ("paper" style), or task, instruction, observation and valid actions ("compact" style)."""
+    if prompt_style(env_name) == "compact":
+        return (
+            f"Task: {obs.task_description} Focusing on anything else fails the task. "
+            f"{COMPACT_INSTRUCTION}\n\n{_compact_state(obs)}"
+        )
     items = focus_items(obs.task_description)
     lines = [
         f"Your task: {obs.task_description}",
@@ -79,21 +114,41 @@ def first_user_message(env_name: str, obs: Observation, fewshot: Sequence[str]) 
     return _examples_block(fewshot) + "\n".join(lines) + "\n\n" + FINAL_INSTRUCTION
 
 
-def step_user_message(obs: Observation) -> str:
-    """The user message of a later step: the new observation and the one-action instruction."""
+def step_user_message(obs: Observation, env_name: str = "") -> str:
+    """The user message of a later step: the new observation and the one-action instruction
+    ("paper" style), or the observation and the valid actions ("compact" style)."""
+    if prompt_style(env_name) == "compact":
+        return _compact_state(obs)
     return f"Observation: {obs.text.strip()}\n\n{FINAL_INSTRUCTION}"
 
 
-def tips_block(tips: Sequence[RetrievedTip]) -> str:
-    """The `<tip>` block for retrieved tips ("" when there are none)."""
+ENTRY_SUFFIX = "; at that step the action taken was "
+"""Where a stored per-step entry's own tip ends (see `memory.tip_store.entry_text`)."""
+
+
+def note_text(entry: str) -> str:
+    """The tip part of a stored entry (the per-step action and score suffix removed)."""
+    return entry.split(ENTRY_SUFFIX, 1)[0].strip()
+
+
+def tips_block(tips: Sequence[RetrievedTip], style: str = "paper") -> str:
+    """The tips block for retrieved tips ("" when there are none).
+
+    "paper": the `<tip>` block with every retrieved entry, as the recipe renders it. "compact": a
+    "Notes" list with each distinct tip once (an episode stores one entry per step, all sharing its
+    tip, so the paper block repeats one tip up to 10 times; the small model and the CPU pay for each).
+    """
     if not tips:
         return ""
+    if style == "compact":
+        notes = list(dict.fromkeys(note_text(t.text) for t in tips))
+        return "\n\n" + COMPACT_NOTES_HEADER + "\n" + "\n".join(f"- {n}" for n in notes)
     return "\n\n<tip> " + TIPS_HEADER + "\n" + "\n".join(t.text.strip() for t in tips) + "\n</tip>\n\n"
 
 
-def with_tips(user_message: str, tips: Sequence[RetrievedTip]) -> str:
+def with_tips(user_message: str, tips: Sequence[RetrievedTip], style: str = "paper") -> str:
     """`user_message` with the retrieved tips appended (unchanged when `tips` is empty)."""
-    return user_message + tips_block(tips)
+    return user_message + tips_block(tips, style)
 
 
 def conversation_text(turns: Sequence[tuple[str, str]]) -> str:

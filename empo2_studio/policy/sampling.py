@@ -175,8 +175,9 @@ class CachedSampler:
         """Sample one action after `state` (whose logits predict its first token).
 
         Returns (token ids, behaviour log-probs). The log-probs are those of the distribution sampled
-        from: logits / temperature, masked to the trie's allowed tokens in constrained decoding
-        (temperature 0 = greedy, log-probs at temperature 1). Sampled tokens are not fed to the cache;
+        from: softmax(logits / temperature), masked to the trie's allowed tokens in constrained
+        decoding (temperature 0 = greedy, log-probs at temperature 1: `policy.logprob_temperature`);
+        `HFPolicy.score` at the same temperature reproduces them. Sampled tokens are not fed to the cache;
         the next turn feeds them together with its new message.
         """
         row = _Row(trie.root if trie is not None else None)

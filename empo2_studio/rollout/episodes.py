@@ -31,7 +31,16 @@ from typing import Any
 from empo2_studio.envs import TextEnv
 from empo2_studio.policy import ActionRequest, Turn
 from empo2_studio.policy import prompts
-from empo2_studio.types import Episode, Observation, RetrievedTip, RolloutMode, Split, Step, UpdateMode
+from empo2_studio.types import (
+    Episode,
+    Observation,
+    RetrievedTip,
+    RolloutMode,
+    SkippedTip,
+    Split,
+    Step,
+    UpdateMode,
+)
 
 StepCallback = Callable[[int, Step], None]
 """Called as `on_step(episode_index, step)` right after each step is executed."""
@@ -216,9 +225,12 @@ def _cap(text: str) -> str:
     return text[-KEY_TAIL_CHARS:]
 
 
-def with_tips_message(step: Step) -> str:
-    """The user message exactly as the policy saw it when sampling `step` (tips block appended)."""
-    return prompts.with_tips(step.user_message, step.tips) if step.tips else step.user_message
+def with_tips_message(step: Step, env_name: str = "") -> str:
+    """The user message exactly as the policy saw it when sampling `step` (tips block appended in the
+    prompt style of `env_name`)."""
+    if not step.tips:
+        return step.user_message
+    return prompts.with_tips(step.user_message, step.tips, prompts.prompt_style(env_name))
 
 
 def _play(
@@ -295,14 +307,19 @@ def _advance(
 ) -> None:
     """One lock-step: prompt every running episode, sample once for all, execute, record."""
     messages = [
-        prompts.first_user_message(ep.env.name, ep.obs, ep.fewshot) if not ep.steps else prompts.step_user_message(ep.obs)
+        prompts.first_user_message(ep.env.name, ep.obs, ep.fewshot)
+        if not ep.steps
+        else prompts.step_user_message(ep.obs, ep.env.name)
         for ep in running
     ]
-    tips = _retrieve(store, running, messages, task, variation, timings)
+    tips, skipped = _retrieve(store, running, messages, task, variation, timings)
     requests = [
         ActionRequest(
             key=ep.key,
-            turns=(*ep.turns, Turn(prompts.with_tips(user, t) if t else user, None, ep.obs.valid_actions)),
+            turns=(
+                *ep.turns,
+                Turn(prompts.with_tips(user, t, prompts.prompt_style(ep.env.name)), None, ep.obs.valid_actions),
+            ),
         )
         for ep, user, t in zip(running, messages, tips)
     ]
@@ -313,9 +330,11 @@ def _advance(
     results = [ep.env.step(s.text) for ep, s in zip(running, samples)]
     timings.add("env", t0)
     bonuses = _novelty(results, embedder, novelty, timings)
-    for ep, user, t, req, sample, result, bonus in zip(running, messages, tips, requests, samples, results, bonuses):
+    rows = zip(running, messages, tips, skipped, requests, samples, results, bonuses)
+    for ep, user, t, miss, req, sample, result, bonus in rows:
         step = Step(
-            index=len(ep.steps), user_message=user, tips=tuple(t), valid_actions=ep.obs.valid_actions,
+            index=len(ep.steps), user_message=user, tips=tuple(t), skipped_tips=tuple(miss),
+            valid_actions=ep.obs.valid_actions,
             sample=sample, action=result.action, corrected=result.corrected, reward=result.reward,
             score=result.observation.score, observation=result.observation.text, intrinsic_reward=bonus,
         )  # fmt: skip
@@ -332,19 +351,21 @@ def _advance(
 
 def _retrieve(
     store: Any | None, running: list[_Live], messages: list[str], task: str, variation: int, timings: Timings
-) -> list[list[RetrievedTip]]:
-    """Tips for every running episode's next prompt: none for naive episodes; the memory episodes'
-    queries (their tip-free conversation so far plus the new message) embedded in one batch."""
+) -> tuple[list[list[RetrievedTip]], list[list[SkippedTip]]]:
+    """Tips for every running episode's next prompt, and the nearest ones not shown with the reason:
+    none for naive episodes; the memory episodes' queries (their tip-free conversation so far plus the
+    new message) embedded in one batch."""
     found: list[list[RetrievedTip]] = [[] for _ in running]
+    skipped: list[list[SkippedTip]] = [[] for _ in running]
     wanted = [i for i, ep in enumerate(running) if ep.rollout_mode == "memory"]
     if not wanted:
-        return found
+        return found, skipped
     t0 = time.perf_counter()
     queries = [_cap(prompts.conversation_text([*running[i].pairs, (messages[i], "")])) for i in wanted]
-    for i, tips in zip(wanted, store.retrieve_batch(task, variation, queries)):
-        found[i] = list(tips)
+    for i, (tips, miss) in zip(wanted, store.retrieve_explained(task, variation, queries)):
+        found[i], skipped[i] = list(tips), list(miss)
     timings.add("memory", t0)
-    return found
+    return found, skipped
 
 
 def _novelty(results: list, embedder: Any | None, novelty: Any | None, timings: Timings) -> list[float]:
