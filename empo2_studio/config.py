@@ -36,8 +36,10 @@ class EnvConfig:
 class PolicyConfig:
     model: str = EMBEDDED_MODEL
     """The embedded model name, a Hugging Face model id (offline cache) or a local directory."""
-    quantization: Literal["4bit", "8bit", "none"] = "4bit"
-    """Base weights: bitsandbytes nf4 with double quant, LLM.int8, or unquantized."""
+    quantization: Literal["auto", "4bit", "8bit", "none"] = "auto"
+    """Base weights: bitsandbytes nf4 with double quant, LLM.int8, or unquantized. "auto" = 4bit on
+    CUDA, none (float32) on a CPU, where bitsandbytes' 4-bit matmuls run 2.1× slower than float32
+    (benchmarks/bench_policy.py) and the 135M model fits either way."""
     decoding: Literal["free", "constrained"] = "constrained"
     """free (the paper): text mapped to the closest valid action; constrained: sampling restricted to
     the step's valid actions (needed by a 135M model, which cannot write valid actions freely)."""
@@ -58,7 +60,11 @@ class PolicyConfig:
     device: str = "auto"
     """"auto" (CUDA when available, else CPU), "cpu" or "cuda"."""
     adapter: str | None = None
-    """Path of a PEFT adapter directory to start from (None = fresh LoRA)."""
+    """Path of a PEFT adapter directory to start from (None = fresh LoRA, or the warm start)."""
+    warm_start: str = "auto"
+    """The LoRA adapter every run starts from when `adapter` is None: "auto" = the note-reading warm
+    start shipped for the embedded model (assets/warmstart/, built by scripts/make_warmstart.py) and
+    none for other models; "none" = a fresh (zero) LoRA; or a PEFT adapter directory."""
 
 
 @dataclass(frozen=True)
@@ -72,6 +78,9 @@ class MemoryConfig:
     """Tips shown per step, best stored score first (paper: 10)."""
     max_tips_per_partition: int = 1000
     """FIFO cap per (task, variation) (paper: 1000)."""
+    pin_curated: bool = True
+    """Show curated tips (added by hand, edited, or imported without a source episode) at every step
+    of their task and variation, before the similarity rule's picks (departure: see README)."""
 
 
 @dataclass(frozen=True)
@@ -157,7 +166,7 @@ class RunConfig:
         if any(v < 0 for v in self.env.variations):
             raise ValueError(f"env.variations must be ≥ 0, got {self.env.variations!r}")
         p = self.policy
-        _choice("policy.quantization", p.quantization, ("4bit", "8bit", "none"))
+        _choice("policy.quantization", p.quantization, ("auto", "4bit", "8bit", "none"))
         _choice("policy.decoding", p.decoding, ("free", "constrained"))
         _positive("policy.lora_r", p.lora_r)
         _positive("policy.lora_alpha", p.lora_alpha)
@@ -190,6 +199,8 @@ class RunConfig:
         _choice("algo.low_prob_mask", a.low_prob_mask, ("per-token", "per-sequence", "off"))
         if not a.low_prob_threshold <= 0.0:
             raise ValueError(f"algo.low_prob_threshold is a log-prob and must be ≤ 0, got {a.low_prob_threshold!r}")
+        if isinstance(a.adv_eps, bool) or not isinstance(a.adv_eps, (int, float)) or not 0.0 < a.adv_eps < math.inf:
+            raise ValueError(f"algo.adv_eps is the ε added to the group std and must be a finite number > 0 (paper: 1e-6), got {a.adv_eps!r}")
         _between("algo.intrinsic_coef", a.intrinsic_coef, 0.0, math.inf)
         _between("algo.novelty_threshold", a.novelty_threshold, -1.0, 1.0)
         t = self.train
@@ -199,8 +210,6 @@ class RunConfig:
         _positive("train.update_epochs", t.update_epochs)
         _positive("train.checkpoint_every", t.checkpoint_every)
         _positive("train.eval_variations", t.eval_variations)
-        if isinstance(a.adv_eps, bool) or not isinstance(a.adv_eps, (int, float)) or not 0.0 < a.adv_eps < math.inf:
-            raise ValueError(f"algo.adv_eps is the ε added to the group std and must be a finite number > 0 (paper: 1e-6), got {a.adv_eps!r}")
         _positive("train.eval_repeats", t.eval_repeats)
         return self
 

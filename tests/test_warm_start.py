@@ -1,0 +1,48 @@
+"""The warm-start adapter: where it is found, and clear errors when it is missing or does not fit."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from empo2_studio.config import EMBEDDED_MODEL, PolicyConfig
+from empo2_studio.policy.loading import WARM_START_COMMAND, WARM_START_DIR, resolve_quantization, warm_start_dir
+
+
+def test_auto_is_the_shipped_adapter_for_the_embedded_model_only():
+    shipped = WARM_START_DIR / EMBEDDED_MODEL
+    assert warm_start_dir(PolicyConfig()) == shipped
+    assert (shipped / "adapter_model.safetensors").is_file() and (shipped / "warmstart.json").is_file()
+    meta = json.loads((shipped / "warmstart.json").read_text())
+    assert meta["base_model"] == EMBEDDED_MODEL and "dev" in meta["trained_on"]
+    assert json.loads((shipped / "adapter_config.json").read_text())["base_model_name_or_path"] == EMBEDDED_MODEL
+    assert warm_start_dir(PolicyConfig(model="/some/other/model")) is None
+    assert warm_start_dir(PolicyConfig(warm_start="none")) is None
+    assert warm_start_dir(PolicyConfig(adapter="/an/adapter")) is None  # an explicit adapter wins
+
+
+def test_missing_warm_start_names_the_file_and_the_setup_command(tmp_path):
+    with pytest.raises(FileNotFoundError) as err:
+        warm_start_dir(PolicyConfig(warm_start=str(tmp_path)))
+    assert str(tmp_path / "adapter_config.json") in str(err.value)
+    (tmp_path / "adapter_config.json").write_text("{}")
+    with pytest.raises(FileNotFoundError, match="adapter_model.safetensors"):
+        warm_start_dir(PolicyConfig(warm_start=str(tmp_path)))
+
+
+def test_missing_shipped_warm_start_names_the_build_command(tmp_path, monkeypatch):
+    import empo2_studio.policy.loading as loading
+
+    monkeypatch.setattr(loading, "WARM_START_DIR", tmp_path)
+    with pytest.raises(FileNotFoundError) as err:
+        loading.warm_start_dir(PolicyConfig())
+    assert WARM_START_COMMAND in str(err.value) and "--policy.warm-start none" in str(err.value)
+
+
+def test_quantization_auto_is_4bit_on_cuda_and_float32_on_cpu():
+    assert resolve_quantization("auto", "cuda") == "4bit"
+    assert resolve_quantization("auto", "cpu") == "none"
+    assert resolve_quantization("8bit", "cpu") == "8bit"
+    with pytest.raises(ValueError, match="policy.quantization"):
+        resolve_quantization("3bit", "cpu")
