@@ -33,16 +33,24 @@ def test_one_lora_step_on_4bit_changes_every_lora_parameter_and_no_base_paramete
         for p in lora.values():
             p.normal_(std=0.05)
     before = {n: p.detach().clone() for n, p in lora.items()}
-    base_before = {n: t.detach().clone() for n, t in policy.model.state_dict().items() if "lora_" not in n}
+    probe = policy.prompt_ids([Turn("Observation: a hallway.", None, VALID)])
+    base_before = _base_logits(policy, probe)
     opt = torch.optim.AdamW(policy.trainable_parameters(), lr=1e-2, weight_decay=0.0)
     loss = -torch.cat(policy.score([_conv(policy)])[0]).mean()
     loss.backward()
     opt.step()
     for n, p in lora.items():
         assert not torch.equal(p, before[n]), f"{n} did not change"
-    for n, t in policy.model.state_dict().items():
-        if "lora_" not in n:
-            assert torch.equal(t, base_before[n]), f"base tensor {n} changed"
+    # The base model (adapter disabled) computes exactly what it did. Compared by its outputs, not its
+    # state dict: bitsandbytes 0.50 re-serialises the double-quant statistics (`weight.absmax`)
+    # differently after a CPU forward although the weights it encodes do not change (measured).
+    assert torch.equal(_base_logits(policy, probe), base_before)
+    assert all(not p.requires_grad for n, p in policy.model.named_parameters() if "lora_" not in n)
+
+
+def _base_logits(policy, ids):
+    with policy.model.disable_adapter():
+        return _logits(policy, ids)
 
 
 def test_adapter_round_trip_reproduces_logits(tmp_path):
