@@ -1,0 +1,203 @@
+"""Train the warm-start LoRA adapter that teaches the embedded model to read its notes.
+
+The embedded SmolLM2-135M-Instruct does not act on a tip in its prompt: with a correct note saying
+"go to kitchen", it still gives that action the probability it gives any door (measured in
+benchmarks/bench_lesson.py). The paper's 7B model could follow instructions; this adapter gives the
+135M model that one skill before any EMPO² training, and both arms of every comparison start from it.
+
+What it learns (supervised, on the constrained-decoding distribution over the step's valid actions):
+in a trap episode whose prompt carries notes, the next action the notes imply. The data never uses the
+variations the benchmarks measure on: only the trap's *dev* layouts (variations 24–35 of every task),
+with notes in the two forms the studio produces (a teacher's curated tip, and the structured
+"[from the record]" line a played episode writes), sometimes next to an uninformative note, and
+trajectories that start with 0–2 detours so the model also learns to recover. Prompts without notes are
+not trained on, so the note-free policy keeps the base model's reflexes (the trap still traps).
+
+    .venv/bin/python scripts/make_warmstart.py            # ~10 min on a 2-core CPU; writes assets/warmstart/
+    .venv/bin/python scripts/make_warmstart.py --epochs 1 --out /tmp/ws   # a quick try elsewhere
+
+The output is a PEFT adapter directory plus `warmstart.json` (what it was trained on, its loss curve).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from empo2_studio.config import EMBEDDED_MODEL, PolicyConfig  # noqa: E402
+from empo2_studio.envs.trap import CAN, DOORS, TASKS, TrapEnv, _route  # noqa: E402
+from empo2_studio.memory.reflection import FALLBACK_PREFIX, record_line  # noqa: E402
+from empo2_studio.policy import Turn, prompts  # noqa: E402
+from empo2_studio.types import RetrievedTip  # noqa: E402
+
+DEFAULT_OUT = ROOT / "assets" / "warmstart" / EMBEDDED_MODEL
+
+
+def next_action(env: TrapEnv) -> str:
+    """The action a correct note implies from the env's current state (shortest winning plan)."""
+    st = env._state
+    assert st is not None
+    lay, task = st.layout, st.layout.task
+    if task == "trap-water-plant" and CAN not in st.inventory:
+        can_room = st.objects[CAN]
+        return f"pick up {CAN}" if st.room == can_room else f"go to {_route(st.room, can_room)[0]}"
+    if st.room != lay.target_room:
+        return f"go to {_route(st.room, lay.target_room)[0]}"
+    if st.focused != lay.target:
+        return f"focus on {lay.target}"
+    return f"{TASKS[task].verb} {lay.target}"
+
+
+def gold_record(task: str, variation: int) -> str:
+    """The "[from the record]" line a winning episode of this layout writes."""
+    env = TrapEnv()
+    obs = env.reset(task, variation)
+    steps = [("", 0.0, obs.text)]
+    for action in env.gold_path(task, variation):
+        res = env.step(action)
+        steps.append((action, res.reward, res.observation.text))
+    return record_line(obs.task_description, steps)
+
+
+def failed_record(task: str, variation: int, rng: random.Random) -> str:
+    """The record line of a failed episode: a wrong room searched, then a decoy focused."""
+    env = TrapEnv()
+    obs = env.reset(task, variation)
+    lay = env.layout(task, variation)
+    steps = [("", 0.0, obs.text)]
+    wrong = rng.choice([r for r in DOORS["hallway"] if r != lay.target_room])
+    for action in (f"go to {wrong}", "go to hallway"):
+        res = env.step(action)
+        steps.append((action, res.reward, res.observation.text))
+    decoys = [a for a in res.observation.valid_actions if a.startswith("focus on") and lay.target not in a]
+    if decoys:
+        res = env.step(rng.choice(decoys))
+        steps.append((res.action, res.reward, res.observation.text))
+    return record_line(obs.task_description, steps)
+
+
+def notes_for(task: str, variation: int, rng: random.Random) -> list[str]:
+    """One informative note (curated or record form), sometimes with an uninformative one beside it."""
+    env = TrapEnv()
+    good = env.curated_tip(task, variation) if rng.random() < 0.5 else gold_record(task, variation)
+    extra = rng.random()
+    if extra < 0.25:
+        return [good, failed_record(task, variation, rng)]
+    if extra < 0.4:
+        steps = rng.randint(3, 8)
+        return [good, f"{FALLBACK_PREFIX} The episode ended with score 0.0/100 after {steps} steps."]
+    return [good]
+
+
+def conversation(task: str, variation: int, rng: random.Random, step_limit: int = 8) -> tuple[list[Turn], list[int]]:
+    """A note-following episode as policy turns, and the indices of the turns to learn from."""
+    from empo2_studio.policy.tokens import ChatFormat  # noqa: F401  (format comes from the policy)
+
+    env = TrapEnv(step_limit=step_limit)
+    obs = env.reset(task, variation)
+    notes = notes_for(task, variation, rng)
+    rng.shuffle(notes)
+    tips = [RetrievedTip(f"n{i}", n, 100.0, 1.0) for i, n in enumerate(notes)]
+    detours = rng.choice((0, 0, 1, 2))
+    turns: list[tuple[str, str, tuple[str, ...]]] = []
+    learn: list[int] = []
+    for i in range(step_limit):
+        user = prompts.first_user_message("trap", obs, ()) if i == 0 else prompts.step_user_message(obs, "trap")
+        if i < detours:
+            safe = [a for a in obs.valid_actions if a.startswith("go to") or a == "look around"]
+            action = rng.choice(safe)
+        else:
+            action = next_action(env)
+            learn.append(i)
+        turns.append((prompts.with_tips(user, tips, "compact"), action, obs.valid_actions))
+        res = env.step(action)
+        obs = res.observation
+        if res.done:
+            break
+    return turns, learn
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--per-layout", type=int, default=2, help="conversations per dev layout and epoch")
+    ap.add_argument("--batch", type=int, default=4, help="conversations per optimizer step")
+    ap.add_argument("--lr", type=float, default=5e-4)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+
+    import torch
+
+    from empo2_studio.policy.loading import load_policy
+
+    torch.manual_seed(args.seed)
+    rng = random.Random(args.seed)
+    policy = load_policy(PolicyConfig(quantization="none", warm_start="none"))
+    fmt = policy.chat_format
+    env = TrapEnv()
+    layouts = [(t, v) for t in TASKS for v in env.variations(t, "dev")]
+    opt = torch.optim.AdamW(policy.trainable_parameters(), lr=args.lr, weight_decay=0.0)
+    history: list[dict[str, float]] = []
+    t0 = time.time()
+    policy.model.train()
+    for epoch in range(args.epochs):
+        data = [conversation(t, v, rng) for t, v in layouts for _ in range(args.per_layout)]
+        rng.shuffle(data)
+        for b in range(0, len(data), args.batch):
+            batch = data[b : b + args.batch]
+            convs = [[Turn(u, fmt.encode(a) + (fmt.eot_id,), valid) for u, a, valid in turns] for turns, _ in batch]
+            logps = policy.score(convs)
+            picked = [logps[c][i] for c, (_, learn) in enumerate(batch) for i in learn]
+            tokens = torch.cat(picked)
+            loss = -tokens.mean()
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(policy.trainable_parameters(), 1.0)
+            opt.step()
+            acc = float(torch.stack([p.sum() for p in picked]).exp().mean())
+            history.append({"epoch": epoch, "step": len(history), "loss": float(loss), "p_action": acc})
+            print(f"epoch {epoch} batch {b // args.batch + 1}/{-(-len(data) // args.batch)} "
+                  f"loss {float(loss):.3f} mean P(action) {acc:.2f} [{time.time() - t0:.0f} s]", flush=True)
+    policy.model.eval()
+    args.out.mkdir(parents=True, exist_ok=True)
+    policy.save_adapter(str(args.out))
+    _to_half(args.out / "adapter_model.safetensors")
+    meta = {
+        "base_model": EMBEDDED_MODEL,
+        "trained_on": "trap dev variations 24-35 of every task (never train/test), prompts with notes only",
+        "epochs": args.epochs, "per_layout": args.per_layout, "batch": args.batch, "lr": args.lr, "seed": args.seed,
+        "seconds": round(time.time() - t0, 1), "history": history,
+    }  # fmt: skip
+    (args.out / "warmstart.json").write_text(json.dumps(meta, indent=1))
+    (args.out / "README.md").write_text(CARD.format(**meta))  # replaces PEFT's empty model-card template
+    print(f"wrote {args.out} in {time.time() - t0:.0f} s")
+    return 0
+
+
+CARD = """# Warm-start LoRA adapter for {base_model}
+
+Built by `scripts/make_warmstart.py` (seed {seed}, {epochs} epochs, lr {lr}, {seconds} s on this machine's CPU).
+Trained on: {trained_on}. It teaches the embedded model one skill the paper's 7B model already had: to take
+the action its notes imply, among the step's valid actions. Every run on the embedded model starts from it
+(`--policy.warm-start none` starts from an untrained LoRA instead); `warmstart.json` holds the loss curve.
+"""
+
+
+def _to_half(path: Path) -> None:
+    """Store the adapter in float16 (half the size in the repo; loading casts back to float32)."""
+    from safetensors.torch import load_file, save_file
+
+    state = load_file(str(path))
+    save_file({k: v.half() for k, v in state.items()}, str(path))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
