@@ -1,0 +1,208 @@
+"""The race: EMPO² and GRPO trained side by side from the same starting weights, one shared model.
+
+Two `Trainer`s, one per arm, each with its own session (`<run>-race-empo2`, `<run>-race-grpo`), tip
+store, optimizer, RNG and novelty memories, run interleaved iterations: EMPO² iteration k, then GRPO
+iteration k, then k + 1 … They share one loaded policy (one model per process): before an arm's
+iteration its LoRA weights are copied into the model (`load_lora_state`, which also drops the
+sampler's KV caches, computed with the other arm's weights) and afterwards copied out again
+(`lora_state`). The copies go into the same parameter tensors, so each arm's AdamW keeps pointing at
+the live LoRA parameters; every other piece of state is per trainer. Hence arm A after k interleaved
+iterations has exactly the weights of A trained alone for k iterations from the same start and seed.
+
+The arms (`ARMS`, also used by benchmarks/bench_learning.py): "EMPO2" = the given config; "GRPO" =
+the same with `rollout.p_memory = 0` (never a memory rollout) and `algo.intrinsic_coef = 0` (no
+novelty bonus): the paper's GRPO baseline on the same code path.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from empo2_studio.config import RunConfig
+
+ARMS: dict[str, dict[str, dict[str, Any]]] = {
+    "EMPO2": {"rollout": {}, "algo": {}},
+    "GRPO": {"rollout": {"p_memory": 0.0}, "algo": {"intrinsic_coef": 0.0}},
+}
+"""Config overrides per arm: EMPO² as configured; GRPO = no memory rollouts, no novelty bonus."""
+
+ARM_LABELS = {"EMPO2": "EMPO²", "GRPO": "GRPO"}
+
+
+def arm_config(cfg: RunConfig, arm: str, run_id: str | None = None) -> RunConfig:
+    """`cfg` with the overrides of `arm` (a key of `ARMS`), and `run_id` when given."""
+    if arm not in ARMS:
+        raise ValueError(f"unknown arm {arm!r}; valid: {list(ARMS)}")
+    over = ARMS[arm]
+    out = cfg.with_overrides(rollout=over["rollout"], algo=over["algo"])
+    return replace(out, run_id=run_id) if run_id is not None else out
+
+
+def lora_state(policy: Any) -> dict[str, Any]:
+    """A detached copy of the policy's LoRA weights (PEFT adapter state dict)."""
+    from peft import get_peft_model_state_dict
+
+    return {k: v.detach().clone() for k, v in get_peft_model_state_dict(policy.model).items()}
+
+
+def load_lora_state(policy: Any, state: Mapping[str, Any]) -> None:
+    """Copy LoRA weights saved by `lora_state` into the policy (in place) and drop its KV caches."""
+    import torch
+    from peft import set_peft_model_state_dict
+
+    with torch.no_grad():
+        result = set_peft_model_state_dict(policy.model, dict(state))
+    if getattr(result, "unexpected_keys", None):
+        raise ValueError(f"LoRA state has unexpected weights: {result.unexpected_keys[:5]}")
+    policy.clear_cache()  # cached keys/values were computed with the other weights
+
+
+def free_race_ids(root: str | Path, run_id: str, arms: tuple[str, ...] = tuple(ARMS)) -> dict[str, str]:
+    """Session ids for a new race of `run_id`: `<run_id>-race-<arm>` (lower case), or
+    `<run_id>-race2-<arm>`, … when a race of that session already exists."""
+    root = Path(root)
+    for k in range(1, 1000):
+        tag = "race" if k == 1 else f"race{k}"
+        ids = {arm: f"{run_id}-{tag}-{arm.lower()}"[:128] for arm in arms}
+        if not any((root / i).exists() for i in ids.values()):
+            return ids
+    raise FileExistsError(f"no free race session id for {run_id!r} in {root}")
+
+
+class Race:
+    """Arms trained with interleaved iterations on one shared policy (module docstring).
+
+    Args:
+        trainers: arm name → its Trainer; all on the same `policy` object.
+        initial_state: LoRA weights every arm starts from (None = the policy's current weights).
+    """
+
+    def __init__(self, trainers: Mapping[str, Any], *, initial_state: Mapping[str, Any] | None = None) -> None:
+        if not trainers:
+            raise ValueError("a race needs at least one arm")
+        policies = {id(t.policy) for t in trainers.values()}
+        if len(policies) != 1:
+            raise ValueError("the arms of a race must share one policy object (one model per process)")
+        self.trainers = dict(trainers)
+        self.policy = next(iter(self.trainers.values())).policy
+        start = dict(initial_state) if initial_state is not None else lora_state(self.policy)
+        self.states: dict[str, dict[str, Any]] = {arm: {k: v.clone() for k, v in start.items()} for arm in self.trainers}
+        """Each arm's LoRA weights between its iterations."""
+        self.rows: dict[str, list[dict[str, Any]]] = {arm: [] for arm in self.trainers}
+        """Each arm's metrics per iteration (the trainer's report metrics, plus "iteration")."""
+        self.loaded: str | None = None
+        """The arm whose weights the policy holds now."""
+
+    @classmethod
+    def create(
+        cls,
+        root: str | Path,
+        cfg: RunConfig,
+        *,
+        policy: Any,
+        embedder: Any,
+        run_id: str,
+        arms: tuple[str, ...] = tuple(ARMS),
+        initial_state: Mapping[str, Any] | None = None,
+    ) -> Race:
+        """New sessions (`free_race_ids`) and trainers for `arms`, from `cfg` with each arm's overrides."""
+        from empo2_studio.sessions import Session
+        from empo2_studio.trainer import Trainer
+
+        ids = free_race_ids(root, run_id, arms)
+        configs = {arm: arm_config(cfg, arm, ids[arm]).validate() for arm in arms}  # all checked first
+        trainers = {}
+        for arm in arms:
+            session = Session.create(root, configs[arm])
+            trainers[arm] = Trainer(session.config, session, policy=policy, embedder=embedder)
+        return cls(trainers, initial_state=initial_state)
+
+    @property
+    def iteration(self) -> int:
+        """Iterations every arm has completed."""
+        return min(len(r) for r in self.rows.values())
+
+    def use(self, arm: str) -> Any:
+        """Put `arm`'s weights into the shared policy (no-op when loaded); returns its trainer."""
+        if self.loaded != arm:
+            load_lora_state(self.policy, self.states[arm])
+            self.loaded = arm
+        return self.trainers[arm]
+
+    def _keep(self, arm: str) -> None:
+        self.states[arm] = lora_state(self.policy)
+
+    def step(self, on_phase: Callable[[str, str], None] | None = None) -> dict[str, Any]:
+        """One iteration of every arm, in order; returns arm → IterationReport."""
+        reports = {}
+        for arm, trainer in self.trainers.items():
+            trainer = self.use(arm)
+            trainer.on_phase = None if on_phase is None else (lambda line, arm=arm: on_phase(arm, line))
+            try:
+                report = trainer.step()
+            finally:
+                trainer.on_phase = None
+            self._keep(arm)
+            self.rows[arm].append({"iteration": report.iteration, **report.metrics})
+            reports[arm] = report
+        return reports
+
+    def run(
+        self,
+        iterations: int,
+        *,
+        stop: threading.Event | None = None,
+        on_iteration: Callable[[int, dict[str, Any]], None] | None = None,
+        on_phase: Callable[[str, str], None] | None = None,
+    ) -> int:
+        """Up to `iterations` interleaved iterations; a stop request takes effect after the current
+        one (both arms always have played the same number). Saves every arm's checkpoint at the end.
+        Returns the iterations run."""
+        if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
+            raise ValueError(f"iterations must be a whole number ≥ 1, got {iterations!r}")
+        done = 0
+        self.loaded = None  # the policy may have been used by others since: always load the first arm
+        try:
+            for _ in range(iterations):
+                if stop is not None and stop.is_set():
+                    break
+                reports = self.step(on_phase)
+                done += 1
+                if on_iteration is not None:
+                    on_iteration(done, reports)
+        finally:
+            if done:
+                self.save_checkpoints()
+        return done
+
+    def save_checkpoints(self) -> dict[str, Path]:
+        """Each arm's adapter and trainer state as a checkpoint of its session."""
+        return {arm: self.use(arm).save_checkpoint() for arm in self.trainers}
+
+    def close(self) -> None:
+        """Release the arms' env pools."""
+        for trainer in self.trainers.values():
+            trainer.close()
+
+
+def arm_rows_summary(rows: Mapping[str, list[Mapping[str, Any]]]) -> list[list[Any]]:
+    """Table rows [iteration, arm, update mode, success rate, mean score, seconds] for display."""
+    from empo2_studio.trainer import MODE_CODE
+
+    names = {code: mode for mode, code in MODE_CODE.items()}
+    out = []
+    for arm, arm_rows in rows.items():
+        for r in arm_rows:
+            mode = names.get(int(r.get("rollout/update_mode", -1)), "?")
+            out.append([int(r.get("iteration", 0)), ARM_LABELS.get(arm, arm), mode,
+                        round(float(r.get("rollout/success_rate", 0.0)), 3), round(float(r.get("rollout/score_mean", 0.0)), 1),
+                        round(float(r.get("time/iteration", 0.0)), 1)])  # fmt: skip
+    return sorted(out, key=lambda x: (x[0], x[1]))
+
+
+__all__ = ["ARMS", "ARM_LABELS", "Race", "arm_config", "arm_rows_summary", "free_race_ids", "load_lora_state",
+           "lora_state"]  # fmt: skip
