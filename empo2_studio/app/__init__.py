@@ -6,8 +6,9 @@
 
 `build_app(studio)` returns the `gr.Blocks`; `launch(...)` builds the `Studio` (shared model, tip
 stores, trainers, job registry), starts preparing the model in the background, and serves the page.
-Tabs: Episodes (naive vs memory side by side), Tips (curation), Train (+ Distill now),
-Adapt (OOD, frozen weights), Sessions (list, open/resume, compare, export).
+Tabs: Episodes (naive vs memory side by side), Lesson (trap → tips → distill → naive succeeds),
+Tips (curation), Train (+ Distill now), Race (EMPO² vs GRPO), Adapt (OOD, frozen weights),
+Sessions (list, open/resume, compare, export).
 """
 
 from __future__ import annotations

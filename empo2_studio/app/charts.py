@@ -135,3 +135,48 @@ def compare_runs_figure(runs: Mapping[str, Sequence[Mapping[str, object]]], key:
         pts = [(_x(r, i), float(r[key])) for i, r in enumerate(rows) if _is_number(r.get(key))]
         fig.add_trace(go.Scatter(x=[p[0] for p in pts], y=[p[1] for p in pts], mode="lines+markers", name=run_id))
     return _layout(fig, f"Compare runs: {key}", "iteration", key)
+
+
+LESSON_COLOURS = {"naive": "#9ca3af", "memory": "#2563eb", "naive_again": "#16a34a"}
+
+
+def lesson_figure(stages: Sequence[Mapping[str, object]]) -> go.Figure:
+    """The Lesson's story in one chart: success rate per playing stage (bars, in stage order).
+
+    Each item: "stage" (naive / memory / naive_again), "title" (x label), "success_rate" (0 … 1),
+    "successes", "episodes", "mean_score". Stages not played yet are left out."""
+    fig = go.Figure()
+    xs = [str(s["title"]) for s in stages]
+    ys = [100.0 * float(s["success_rate"]) for s in stages]  # type: ignore[arg-type]
+    labels = [f"{s['successes']}/{s['episodes']} won · score {float(s['mean_score']):.0f}" for s in stages]  # type: ignore[arg-type]
+    fig.add_trace(go.Bar(
+        x=xs, y=ys, text=labels, textposition="outside", name="success rate",
+        marker={"color": [LESSON_COLOURS.get(str(s["stage"]), "#6b7280") for s in stages]},
+    ))  # fmt: skip
+    fig = _layout(fig, "Lesson: success rate per stage", "", "success rate (%)", height=320)
+    fig.update_yaxes(range=[0, 115])
+    fig.update_layout(showlegend=False)
+    return fig
+
+
+RACE_COLOURS = {"EMPO2": "#dc2626", "GRPO": "#2563eb"}
+
+
+def race_figure(rows: Mapping[str, Sequence[Mapping[str, object]]], labels: Mapping[str, str] | None = None) -> go.Figure:
+    """The race: success rate (left) and mean score (right) per iteration, one colour per arm."""
+    from plotly.subplots import make_subplots
+
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("success rate", "mean score"), horizontal_spacing=0.1)
+    for arm, arm_rows in rows.items():
+        name = (labels or {}).get(arm, arm)
+        for col, key in ((1, "rollout/success_rate"), (2, "rollout/score_mean")):
+            pts = [(_x(r, i), float(r[key])) for i, r in enumerate(arm_rows) if _is_number(r.get(key))]
+            fig.add_trace(go.Scatter(
+                x=[p[0] for p in pts], y=[p[1] for p in pts], mode="lines+markers", name=name, legendgroup=arm,
+                showlegend=col == 1, line={"color": RACE_COLOURS.get(arm)},
+            ), row=1, col=col)  # fmt: skip
+    fig = _layout(fig, "EMPO² vs GRPO: training rollouts per iteration", "", "", height=340)
+    fig.update_xaxes(title_text="iteration", dtick=1)
+    fig.update_yaxes(range=[-0.05, 1.05], row=1, col=1)
+    fig.update_yaxes(range=[-105, 105], row=1, col=2)
+    return fig

@@ -1,4 +1,4 @@
-"""The studio's page: five tabs, components first, event wiring at the bottom of each tab.
+"""The studio's page: seven tabs, components first, event wiring at the bottom of each tab.
 
 Per-browser state (`gr.State`): the open session's run id, each tab's job id and last rendered job
 version, the Tips tab's shown rows and pending deletion. Shared state (tips, runs, the model, jobs)
@@ -14,6 +14,8 @@ from typing import Any
 import gradio as gr
 
 from empo2_studio.app import handlers as h
+from empo2_studio.app import lesson_tab as ls
+from empo2_studio.app import race_tab as rc
 from empo2_studio.app import sessions_tab as s
 from empo2_studio.app import tips_handlers as t
 from empo2_studio.app.render import progress_html
@@ -35,20 +37,24 @@ def build_blocks(studio: Any) -> gr.Blocks:
         with gr.Tabs():
             with gr.Tab("Episodes", id="episodes", elem_id="tab-episodes"):
                 ep = _episodes_tab(studio, run_id)
+            with gr.Tab("Lesson", id="lesson", elem_id="tab-lesson"):
+                lesson = ls.build_lesson_tab(studio)
             with gr.Tab("Tips", id="tips", elem_id="tab-tips") as tips_tab:
                 tips = t.build_tips_tab(studio, run_id)
             with gr.Tab("Train", id="train", elem_id="tab-train") as train_tab:
                 tr = _train_tab(studio, run_id)
+            with gr.Tab("Race (EMPO² vs GRPO)", id="race", elem_id="tab-race"):
+                race = rc.build_race_tab(studio, run_id)
             with gr.Tab("Adapt (OOD)", id="adapt", elem_id="tab-adapt"):
                 ad = _adapt_tab(studio, run_id)
             with gr.Tab("Sessions", id="sessions", elem_id="tab-sessions"):
                 ses = s.build_sessions_tab(studio, run_id)
 
         refresh_outputs = [session_md, ep["checkpoint"], ep["saved"], *tr["form"], *tr["plots"], tr["distill_ids"],
-                           ad["checkpoint"], ad["task"], *tips["refresh_outputs"]]
+                           ad["checkpoint"], ad["task"], *tips["refresh_outputs"], *race["refresh"][1]]
 
         def refresh(rid: str) -> list[Any]:
-            return [*_session_refresh(studio, rid, ep, tr, ad), *tips["refresh"](rid)]
+            return [*_session_refresh(studio, rid, ep, tr, ad), *tips["refresh"](rid), *race["refresh"][0](rid)]
 
         demo.load(refresh, [run_id], refresh_outputs)
         demo.load(ses["listing"][0], [run_id], ses["listing"][1])
@@ -61,8 +67,9 @@ def build_blocks(studio: Any) -> gr.Blocks:
         tr["switched"](refresh, refresh_outputs)
         demo.load(partial(h.env_changed, studio), [ep["env"], ep["split"], run_id], [ep["task"], ep["variation"]])
         # A reloaded page picks up the work still running on its session (its timer starts polling).
-        for tab, kinds in ((ep, ("episodes",)), (tr, ("train", "distill")), (ad, ("adapt",))):
+        for tab, kinds in ((ep, ("episodes",)), (tr, ("train", "distill")), (ad, ("adapt",)), (race, ("race",))):
             demo.load(partial(h.attach_running, studio, kinds=kinds), [run_id, tab["poll"][0]], list(tab["poll"]))
+        lesson["on_load"](demo)  # the lesson's own session: its last results, and a lesson job still running
     return demo
 
 

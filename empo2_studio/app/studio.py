@@ -300,14 +300,31 @@ class Studio:
             raise ValueError(f"unknown checkpoint {checkpoint!r} of session {run_id!r}; valid: {sorted(paths)}")
         policy = self.policy()  # before `_lock` (lock order, see __init__)
         with self._lock:
-            owner = self.loaded_adapter.split(":")[0] if self.loaded_adapter else None
-            if self.loaded_adapter and self.loaded_adapter.endswith(":trainer") and owner in self._trainers:
-                stale = self._trainers.pop(owner)
-                stale.save_checkpoint()
-                stale.close()
-                self._stores[owner] = stale.store  # keep one store handle per session
+            self._retire_live_trainer()
             policy.load_adapter(checkpoint)
             self.loaded_adapter = f"{run_id}:{checkpoint}"
+
+    def fresh_policy(self) -> Any:
+        """The shared policy with the untrained adapter loaded, for work outside the session trainers
+        (the EMPO² vs GRPO race). As in `use_checkpoint`, a live trainer's unsaved progress is saved
+        as a checkpoint first and every trainer reloads its own weights when next needed. Call with
+        `jobs.model_lock` held; call again when done so the policy is left as "fresh"."""
+        policy = self.policy()  # before `_lock` (lock order, see __init__)
+        with self._lock:
+            self._retire_live_trainer()
+            policy.load_adapter(str(self._fresh_adapter))
+            self.loaded_adapter = None
+        return policy
+
+    def _retire_live_trainer(self) -> None:
+        """Before other weights go into the policy: checkpoint and drop the trainer whose weights it
+        holds (rebuilt from that checkpoint the next time it is needed). Call with `_lock` held."""
+        owner = self.loaded_adapter.split(":")[0] if self.loaded_adapter else None
+        if self.loaded_adapter and self.loaded_adapter.endswith(":trainer") and owner in self._trainers:
+            stale = self._trainers.pop(owner)
+            stale.save_checkpoint()
+            stale.close()
+            self._stores[owner] = stale.store  # keep one store handle per session
 
     def adapter_checksum(self) -> str:
         """SHA-256 over the policy's trainable (LoRA) parameters: equal before and after = untouched."""

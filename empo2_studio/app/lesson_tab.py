@@ -1,0 +1,368 @@
+"""The Lesson tab: the studio's one phenomenon in five stages (see `empo2_studio.lesson`).
+
+An agent stuck in the exploration trap fails (1 · naive); curated tips say where the target is
+(2 · tips); with the tips in its prompt it succeeds (3 · with tips); distillation learns the actions it
+took with tips on the tip-free prompt (4 · distill); and without any tip it now succeeds too
+(5 · naive after distillation). The chart shows the success rate of stages 1, 3 and 5.
+
+The lesson runs on its own trap session, `lesson-<task>` (created on first use with this studio's
+model and embedder), whatever session the page has open, so a ScienceWorld session is never touched
+and the lesson's episodes are the only distillation baseline. *Play the lesson* starts from untrained
+weights: when the task's lesson session has already played, it opens a new one (`lesson-<task>-2`, …);
+the stage buttons continue the current one. Jobs run in the studio's worker threads (one model lock).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from functools import partial
+from typing import Any, Sequence
+
+import gradio as gr
+
+from empo2_studio.app import charts
+from empo2_studio.app.handlers import _before_render, job_status_html, timer_for, user_errors
+from empo2_studio.app.jobs import Job
+from empo2_studio.app.render import progress_html
+from empo2_studio.config import EnvConfig, RunConfig
+from empo2_studio.lesson import (
+    PLAY_STAGES, STAGE_TITLES, STAGES, TRAP_TASKS, Lesson, LessonSettings, StageResult, curated_tip,
+    results_from_metrics,
+)  # fmt: skip
+
+MAX_TIP_BOXES = 4
+"""At most this many variations per lesson (one editable tip box each)."""
+TRAIN_VARIATIONS = tuple(range(24))
+TABLE_HEADERS = ["variation", "episodes", "successes", "success rate", "mean score"]
+DISTILL_HEADERS = ["step", "loss/policy", "no signal", "grad norm"]
+JOB_KIND = "lesson"
+
+
+# ---- the lesson's own session -----------------------------------------------------------------------
+def _lesson_ids(studio: Any, task: str) -> list[tuple[int, str]]:
+    """Existing lesson sessions of `task` as (k, run id), k = 1 for `lesson-<task>`."""
+    pattern = re.compile(rf"^lesson-{re.escape(task)}(?:-(\d+))?$")
+    found = []
+    for path in studio.root.iterdir() if studio.root.is_dir() else ():
+        m = pattern.match(path.name)
+        if m and (path / "config.json").is_file():
+            found.append((int(m.group(1) or 1), path.name))
+    return sorted(found)
+
+
+def current_lesson_id(studio: Any, task: str) -> str:
+    """The task's newest lesson session id (`lesson-<task>` when there is none yet)."""
+    found = _lesson_ids(studio, task)
+    return found[-1][1] if found else f"lesson-{task}"
+
+
+def lesson_config(studio: Any, task: str, run_id: str) -> RunConfig:
+    """Config of a new lesson session: the studio's launch session's (same model, LoRA shape,
+    embedder, rollout and training settings) on the trap env and `task`."""
+    base = studio.session(studio.default_run_id).config
+    env = replace(base.env, task=task, variations=()) if base.env.name == "trap" else EnvConfig(name="trap", task=task)
+    return replace(base, run_id=run_id, env=env).validate()
+
+
+def lesson_session(studio: Any, task: str, *, fresh: bool = False) -> Any:
+    """Open (or create) the task's current lesson session; with `fresh`, a new one when the current
+    one has already played episodes (so the lesson starts from untrained weights)."""
+    if task not in TRAP_TASKS:
+        raise ValueError(f"the lesson runs on the trap env; pick one of {list(TRAP_TASKS)}, got {task!r}")
+    run_id = current_lesson_id(studio, task)
+    if (studio.root / run_id / "config.json").is_file():
+        session = studio.session(run_id)
+        if session.config.env.name != "trap":
+            raise ValueError(f"session {run_id!r} is not a trap session; rename or remove it")
+        if not fresh or not session.episodes():
+            return session
+        found = _lesson_ids(studio, task)
+        run_id = f"lesson-{task}-{found[-1][0] + 1}"
+    return studio.create_session(lesson_config(studio, task, run_id))
+
+
+# ---- form values -------------------------------------------------------------------------------------
+def parse_variations(value: Any) -> tuple[int, ...]:
+    """The picked variations as ints (a list from the dropdown, or "0, 1" text)."""
+    if value is None or value == "":
+        return ()
+    items = value if isinstance(value, (list, tuple)) else str(value).replace(",", " ").split()
+    out = []
+    for item in items:
+        try:
+            out.append(int(str(item).split("·")[0].strip()))
+        except ValueError:
+            raise ValueError(f"variations must be whole numbers, got {item!r}") from None
+    return tuple(out)
+
+
+def _whole(value: Any, what: str) -> int:
+    if value is None or (isinstance(value, str) and not value.strip()):
+        raise ValueError(f"{what} is empty; enter a whole number")
+    number = float(value)
+    if number != int(number):
+        raise ValueError(f"{what} must be a whole number, got {value!r}")
+    return int(number)
+
+
+def settings_from_form(task: str, variations: Any, episodes: Any, distill_steps: Any) -> LessonSettings:
+    """Validated `LessonSettings` from the form; ValueError names a bad value."""
+    vs = parse_variations(variations)
+    if len(vs) > MAX_TIP_BOXES:
+        raise ValueError(f"the lesson plays at most {MAX_TIP_BOXES} variations at once, got {len(vs)}")
+    return LessonSettings(task=task, variations=vs, episodes=_whole(episodes, "episodes per variation"),
+                          distill_steps=_whole(distill_steps, "distill steps")).validate()  # fmt: skip
+
+
+def tip_boxes(task: str | None, variations: Any) -> list[Any]:
+    """One update per tip box: visible and pre-filled with `curated_tip` for each picked variation."""
+    try:
+        vs = parse_variations(variations)[:MAX_TIP_BOXES]
+    except ValueError:
+        vs = ()
+    out = []
+    for i in range(MAX_TIP_BOXES):
+        if i < len(vs) and task in TRAP_TASKS:
+            out.append(gr.Textbox(value=curated_tip(task, vs[i]), label=f"Tip for variation {vs[i]}", visible=True))
+        else:
+            out.append(gr.Textbox(value="", visible=False))
+    return out
+
+
+def tips_from_boxes(variations: Sequence[int], texts: Sequence[Any]) -> dict[int, str]:
+    """variation → the text of its box (what the user edited is what gets stored)."""
+    return {v: str(texts[i] or "") for i, v in enumerate(variations)}
+
+
+# ---- starting and polling ---------------------------------------------------------------------------
+@user_errors
+def start_lesson(
+    studio: Any, stage: str, task: str, variations: Any, episodes: Any, distill_steps: Any, *tips: Any
+) -> tuple[Any, ...]:
+    """Start the whole lesson (`stage` "all") or one stage as a job. Returns (job id, lesson run id,
+    session markdown, status html, timer, seen=-1)."""
+    if stage != "all" and stage not in STAGES:
+        raise ValueError(f"unknown lesson stage {stage!r}; valid: all, {', '.join(STAGES)}")
+    if studio.jobs.running(JOB_KIND):
+        raise ValueError("a lesson is already running; stop it first")
+    settings = settings_from_form(task, variations, episodes, distill_steps)
+    texts = tips_from_boxes(settings.variations, tips)
+    if stage in ("all", "tips"):
+        for v, text in texts.items():
+            if not text.strip():
+                raise ValueError(f"the tip of variation {v} is empty; write one (or pick the variations again to refill it)")
+    session = lesson_session(studio, task, fresh=stage == "all")
+    run_id = session.dir.name
+    studio.check_compatible(session.config)
+    label = "the lesson" if stage == "all" else STAGE_TITLES[stage]
+    job = studio.jobs.start(JOB_KIND, lambda j: run_lesson_job(studio, j, run_id=run_id, settings=settings,
+                                                                 stage=stage, tips=texts),
+                            label=f"{label} on {run_id}", run_id=run_id)  # fmt: skip
+    job.update(lesson_run_id=run_id, lesson_stage=stage)
+    return job.job_id, run_id, session_markdown(studio, run_id), job_status_html(job), gr.Timer(active=True), -1
+
+
+def run_lesson_job(
+    studio: Any, job: Job, *, run_id: str, settings: LessonSettings, stage: str, tips: dict[int, str]
+) -> list[dict]:
+    """Job body: the lesson (or one stage) on the session's trainer; each finished stage goes to
+    `job.data["results"]` (stage → StageResult dict), the current stage to `job.data["stage"]`."""
+    job.update(message="preparing the trainer")
+    trainer = studio.trainer(run_id)
+    lesson = Lesson(trainer, settings)
+    results: list[StageResult] = []
+
+    def on_stage(result: StageResult) -> None:
+        results.append(result)
+        done = dict(job.snapshot().get("results", {}))
+        done[result.stage] = result.to_dict()
+        job.update(results=done)
+
+    def progress(fraction: float, message: str) -> None:
+        job.update(progress=fraction, message=message)
+
+    if stage == "all":
+        lesson.run_all(tips, stop=job.stop_event, progress=progress, on_stage=on_stage)
+    else:
+        job.update(stage=stage)
+
+        def staged(fraction: float, message: str) -> None:
+            progress(fraction, f"{STAGE_TITLES[stage]}: {message}")
+
+        run = {
+            "naive": lambda: lesson.naive(job.stop_event, staged),
+            "tips": lambda: lesson.add_tips(tips),
+            "memory": lambda: lesson.memory(job.stop_event, staged),
+            "distill": lambda: lesson.distill(job.stop_event, staged),
+            "naive_again": lambda: lesson.naive_again(job.stop_event, staged),
+        }[stage]
+        on_stage(run())
+    last = results[-1] if results else None
+    summary = " · ".join(_stage_summary(r) for r in results) or "nothing played"
+    job.update(progress=1.0 if last is not None else job.progress, message=f"{run_id}: {summary}")
+    return [r.to_dict() for r in results]
+
+
+def _stage_summary(result: StageResult) -> str:
+    title = STAGE_TITLES[result.stage]
+    if result.stage in PLAY_STAGES:
+        return f"{title} {result.success_rate:.0%}"
+    if result.stage == "distill":
+        flat = result.steps and all(s.get("train/no_signal") for s in result.steps)
+        return f"{title} ×{len(result.steps)}" + (" (no learning signal: every return equal)" if flat else "")
+    return f"{title} ({len(result.tips)} stored)"
+
+
+def lesson_view(results: dict[str, StageResult]) -> tuple[Any, ...]:
+    """(naive table, memory table, naive-again table, distill table, chart) of the stages played."""
+    tables = []
+    for stage in PLAY_STAGES:
+        r = results.get(stage)
+        rows = [[x.variation, x.episodes, x.successes, f"{x.success_rate:.0%}", round(x.mean_score, 1)]
+                for x in (r.rows if r else ())]  # fmt: skip
+        if r is not None and len(r.rows) > 1:
+            rows.append(["all", r.episodes, sum(x.successes for x in r.rows), f"{r.success_rate:.0%}", round(r.mean_score, 1)])
+        tables.append(gr.Dataframe(value=rows, headers=TABLE_HEADERS))
+    d = results.get("distill")
+    steps = [[int(s.get("step", 0)), round(s.get("loss/policy", 0.0), 5), "yes" if s.get("train/no_signal") else "no",
+              round(s.get("grad/norm", 0.0), 4)] for s in (d.steps if d else ())]  # fmt: skip
+    tables.append(gr.Dataframe(value=steps, headers=DISTILL_HEADERS))
+    bars = [{"stage": s, "title": STAGE_TITLES[s], "success_rate": results[s].success_rate, "successes":
+             sum(x.successes for x in results[s].rows), "episodes": results[s].episodes,
+             "mean_score": results[s].mean_score} for s in PLAY_STAGES if s in results]  # fmt: skip
+    return (*tables, charts.lesson_figure(bars))
+
+
+def _results_of(data: dict[str, Any]) -> dict[str, StageResult]:
+    return {k: StageResult.from_dict(v) for k, v in data.get("results", {}).items()}
+
+
+def poll_lesson(studio: Any, job_id: str | None, seen: int) -> tuple[Any, ...]:
+    """Timer tick: (status html, 4 tables, chart, session markdown, timer, seen version). Stages the
+    job has not played show the session's earlier results; the session line is renewed at the end."""
+    job = studio.jobs.get(job_id)
+    if job is None:
+        return (job_status_html(None), *[gr.skip()] * 6, gr.Timer(active=False), seen)
+    if job.version == seen:
+        return (*[gr.skip()] * 7, timer_for(job), seen)
+    version, timer = _before_render(job)
+    data = job.snapshot()
+    results = {**_saved_results(studio, job), **_results_of(data)}
+    run_id = data.get("lesson_run_id")
+    session_md = session_markdown(studio, run_id) if job.finished and run_id else gr.skip()
+    return (job_status_html(job), *lesson_view(results), session_md, timer, version)
+
+
+def _saved_results(studio: Any, job: Job) -> dict[str, StageResult]:
+    """For a single-stage job: the other stages as the session's metrics last recorded them."""
+    run_id = job.data.get("lesson_run_id") or job.run_id
+    if not run_id or job.data.get("lesson_stage") == "all":
+        return {}
+    try:
+        session = studio.session(run_id)
+    except KeyError:
+        return {}
+    return results_from_metrics(session.metrics(), session.config.env.task)
+
+
+def stop_lesson(studio: Any, job_id: str | None) -> str:
+    studio.jobs.stop(job_id)
+    return job_status_html(studio.jobs.get(job_id))
+
+
+def session_markdown(studio: Any, run_id: str) -> str:
+    exists = (studio.root / run_id / "config.json").is_file()
+    where = f"`{run_id}`" if exists else f"`{run_id}` (created when the lesson starts)"
+    ckpt = studio.session(run_id).latest_checkpoint() if exists else None
+    weights = f"distilled weights of iteration {ckpt[0]}" if ckpt else "untrained weights"
+    return f"**Lesson session** {where} · trap env · {weights}"
+
+
+@user_errors
+def lesson_opened(studio: Any, task: str | None, variations: Any) -> tuple[Any, ...]:
+    """Task picked / page loaded: (session markdown, 4 tip boxes, 4 tables, chart) from the task's
+    current lesson session (its last recorded stages)."""
+    task = task if task in TRAP_TASKS else TRAP_TASKS[0]
+    run_id = current_lesson_id(studio, task)
+    results: dict[str, StageResult] = {}
+    if (studio.root / run_id / "config.json").is_file():
+        results = results_from_metrics(studio.session(run_id).metrics(), task)
+    return (session_markdown(studio, run_id), *tip_boxes(task, variations), *lesson_view(results))
+
+
+def attach_lesson(studio: Any, current: str | None) -> tuple[Any, Any, Any]:
+    """On page load: follow the newest running lesson job (any session), unless the tab already does."""
+    running = studio.jobs.running(JOB_KIND)
+    if not running or current is not None:
+        return gr.skip(), gr.skip(), gr.skip()
+    return running[-1].job_id, gr.Timer(active=True), -1
+
+
+# ---- the tab -----------------------------------------------------------------------------------------
+INTRO = (
+    "**The lesson.** An agent in the exploration trap focuses on the look-alike it can see and fails. "
+    "A curated tip saying where the target is rescues it; distillation then trains the actions it took "
+    "*with* the tip on the prompt *without* it, so the naive agent succeeds too. "
+    "Stages: **1** naive episodes → **2** store the tips below → **3** episodes with the tips → "
+    "**4** distill → **5** naive episodes again. The memory episodes write no tips of their own: the "
+    "tips you store here are the only memory. The lesson runs on its own trap session "
+    "(`lesson-<task>`), whatever session this page has open (also a ScienceWorld one); "
+    "*Play the lesson* starts from untrained weights in a new lesson session when the current one has "
+    "already played. On a CPU with the embedded model one episode takes about a minute: try "
+    "1 variation, 2 episodes, 1 distill step first."
+)
+
+
+def build_lesson_tab(studio: Any) -> dict[str, Any]:
+    """Components and wiring of the Lesson tab. Returns its load hooks for `layout.build_blocks`."""
+    gr.Markdown(INTRO, elem_id="ls-intro")
+    with gr.Row():
+        task = gr.Dropdown(list(TRAP_TASKS), value=TRAP_TASKS[0], label="Task (trap env)", elem_id="ls-task")
+        variations = gr.Dropdown([str(v) for v in TRAIN_VARIATIONS], value=["0", "1"], multiselect=True,
+                                 label=f"Variations (train, ≤ {MAX_TIP_BOXES})", elem_id="ls-variations")  # fmt: skip
+        episodes = gr.Number(8, label="Episodes per variation", precision=0, elem_id="ls-episodes")
+        distill_steps = gr.Number(3, label="Distill steps", precision=0, elem_id="ls-distill-steps")
+    session_md = gr.Markdown(elem_id="ls-session")
+    gr.Markdown("**Curated tips** (stage 2 stores exactly what these boxes say; pre-filled with where the "
+                "target is and the winning actions)")
+    with gr.Row():
+        boxes = [gr.Textbox(label=f"Tip for variation {i}", lines=3, visible=i < 2, elem_id=f"ls-tip-{i}")
+                 for i in range(MAX_TIP_BOXES)]  # fmt: skip
+    with gr.Row():
+        play = gr.Button("▶ Play the lesson", variant="primary", elem_id="ls-play", scale=2)
+        stage_buttons = {stage: gr.Button(STAGE_TITLES[stage], elem_id=f"ls-stage-{stage}", size="sm")
+                         for stage in STAGES}  # fmt: skip
+        stop = gr.Button("■ Stop", elem_id="ls-stop")
+    status = gr.HTML(progress_html(0.0, "idle"), elem_id="ls-status")
+    with gr.Row(equal_height=False):
+        with gr.Column():
+            chart = gr.Plot(show_label=False, elem_id="ls-chart")
+        with gr.Column():
+            shown = {}
+            for stage in ("naive", "memory", "distill", "naive_again"):  # in stage order on the page
+                shown[stage] = gr.Dataframe(
+                    headers=DISTILL_HEADERS if stage == "distill" else TABLE_HEADERS, value=[],
+                    label=STAGE_TITLES[stage], interactive=False, elem_id=f"ls-table-{stage}", max_height=220,
+                )  # fmt: skip
+            tables = [shown[stage] for stage in (*PLAY_STAGES, "distill")]  # the order `lesson_view` returns
+    job_id, seen, lesson_rid = gr.State(None), gr.State(-1), gr.State(None)
+    timer = gr.Timer(0.5, active=False)
+
+    form = [task, variations, episodes, distill_steps, *boxes]
+    started_outputs = [job_id, lesson_rid, session_md, status, timer, seen]
+    play.click(partial(start_lesson, studio, "all"), form, started_outputs)
+    for stage, button in stage_buttons.items():
+        button.click(partial(start_lesson, studio, stage), form, started_outputs)
+    timer.tick(partial(poll_lesson, studio), [job_id, seen], [status, *tables, chart, session_md, timer, seen],
+               show_progress="hidden", concurrency_limit=None)  # fmt: skip
+    stop.click(partial(stop_lesson, studio), [job_id], status)
+    opened_outputs = [session_md, *boxes, *tables, chart]
+    task.input(partial(lesson_opened, studio), [task, variations], opened_outputs)
+    variations.input(lambda t, v: tip_boxes(t, v), [task, variations], boxes)
+
+    def on_load(demo: gr.Blocks) -> None:
+        demo.load(partial(lesson_opened, studio), [task, variations], opened_outputs)
+        demo.load(partial(attach_lesson, studio), [job_id], [job_id, timer, seen])
+
+    return {"on_load": on_load, "poll": (job_id, timer, seen)}
