@@ -1,0 +1,330 @@
+"""The lesson, measured: does the agent read its notes, and does distillation move them into the weights?
+
+Trap env, embedded SmolLM2-135M with the default policy (warm-start adapter, float32 on CPU,
+constrained decoding), MiniLM embedder. Every rate is over several seeds; the spread (min–max over
+seeds) is printed next to the mean.
+
+Part "notes" (issue bar 1): for every trap task, on train and on test variations, a group of naive
+episodes and a group of memory episodes whose memory holds one correct curated tip
+(`TrapEnv.curated_tip`, pinned at every step). Also the probability of the tip's first action at step 0,
+without and with the tip in the prompt.
+
+Part "distill" (bar 3): per seed, a fresh session from the warm start; naive and memory episodes on the
+task's first two train variations; `Trainer.distill` on the memory episodes (no new rollouts), several
+steps; naive success on those variations and on unseen test variations, before and after; P(tip's first
+action | no tip) before and after.
+
+Part "speed" (bar 6): one training iteration (group 8, step limit 8) per update mode and one Distill-now
+over 16 episodes, time per phase, tokens/s against the CPU's measured float32 matmul rate, and peak RSS.
+
+Run:  .venv/bin/python benchmarks/bench_lesson.py                      (all parts, ~30 min on 2 cores)
+      .venv/bin/python benchmarks/bench_lesson.py --parts notes --seeds 0 1 2
+Results go to stdout and `<sessions root>/bench_lesson-<time>/lesson.md` (+ lesson.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import resource
+import statistics
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import torch  # noqa: E402
+
+from empo2_studio.config import AlgoConfig, EnvConfig, MemoryConfig, RolloutConfig, RunConfig, TrainConfig  # noqa: E402
+from empo2_studio.envs.trap import TASKS, TrapEnv  # noqa: E402
+from empo2_studio.memory import TipStore, make_embedder  # noqa: E402
+from empo2_studio.policy import Turn, load_policy, prompts  # noqa: E402
+from empo2_studio.rollout import play_group, seed_policy  # noqa: E402
+from empo2_studio.sessions import Session, default_sessions_root  # noqa: E402
+from empo2_studio.trainer import Trainer  # noqa: E402
+from empo2_studio.types import RetrievedTip  # noqa: E402
+
+
+def rss_gb() -> float:
+    """Peak resident set size of this process so far, GB (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
+
+
+def spread(values: list[float]) -> str:
+    if not values:
+        return "n/a"
+    return f"{statistics.fmean(values):.2f} ({min(values):.2f}–{max(values):.2f})"
+
+
+def first_action_prob(policy, task: str, variation: int, with_tip: bool) -> float:
+    """P(the tip's first action) at step 0 under constrained decoding, with or without the tip."""
+    env = TrapEnv()
+    obs = env.reset(task, variation)
+    action = env.gold_path(task, variation)[0]
+    user = prompts.first_user_message("trap", obs, ())
+    if with_tip:
+        user = prompts.with_tips(user, [RetrievedTip("t", env.curated_tip(task, variation), 100.0, 1.0)], "compact")
+    fmt = policy.chat_format
+    with torch.no_grad():
+        logp = policy.score([[Turn(user, fmt.encode(action) + (fmt.eot_id,), obs.valid_actions)]])[0][0]
+    return float(logp.sum().exp())
+
+
+def play(policy, store, task: str, variation: int, mode: str, n: int, seed: int, step_limit: int, temperature: float):
+    envs = [TrapEnv(step_limit=step_limit) for _ in range(n)]
+    seed_policy(policy, seed)
+    split = "test" if variation >= 36 else "train"
+    return play_group(
+        envs, policy, store, task=task, variation=variation, split=split, rollout_mode=mode, update_mode=None,
+        temperature=temperature, seed=seed,
+    )  # fmt: skip
+
+
+def part_notes(args, policy, embedder, root: Path) -> tuple[str, dict]:
+    """Bar 1: naive vs memory-with-a-correct-tip success, every task, train and test variations."""
+    env = TrapEnv()
+    out: dict = {}
+    lines = [
+        f"### Notes: naive vs one correct curated tip ({args.episodes} episodes × {len(args.seeds)} seeds per "
+        f"variation, step limit {args.step_limit}, T = {args.temperature})",
+        "",
+        "| task | split (variations) | naive success | memory success | naive score | memory score | "
+        "P(first action) no tip → tip |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for task in args.tasks:
+        store = TipStore.open(root / f"notes-{task}.lance", embedder, MemoryConfig())
+        for split in ("train", "test"):
+            variations = env.variations(task, split)[: args.variations_per_split]
+            rate = {"naive": [], "memory": []}
+            score = {"naive": [], "memory": []}
+            probs = {"no": [], "tip": []}
+            for v in variations:
+                if not store.count(task, v):
+                    store.add_tip(task, v, env.curated_tip(task, v), score=100.0)
+                probs["no"].append(first_action_prob(policy, task, v, False))
+                probs["tip"].append(first_action_prob(policy, task, v, True))
+            for seed in args.seeds:
+                for mode in ("naive", "memory"):
+                    eps = [
+                        ep for v in variations
+                        for ep in play(policy, store, task, v, mode, args.episodes, seed * 1000 + v, args.step_limit, args.temperature)
+                    ]  # fmt: skip
+                    rate[mode].append(sum(ep.won for ep in eps) / len(eps))
+                    score[mode].append(statistics.fmean(ep.score for ep in eps))
+            out[f"{task}/{split}"] = {"rate": rate, "score": score, "probs": probs, "variations": list(variations)}
+            lines.append(
+                f"| {task} | {split} ({variations[0]}–{variations[-1]}) | {spread(rate['naive'])} | {spread(rate['memory'])} | "
+                f"{statistics.fmean(score['naive']):.1f} | {statistics.fmean(score['memory']):.1f} | "
+                f"{statistics.fmean(probs['no']):.2f} → {statistics.fmean(probs['tip']):.2f} |"
+            )
+            print(lines[-1], flush=True)
+    return "\n".join(lines), out
+
+
+def lesson_config(task: str, seed: int, args) -> RunConfig:
+    return RunConfig(
+        run_id=f"distill-{task}-seed{seed}", seed=seed,
+        env=EnvConfig(name="trap", task=task, variations=tuple(args.distill_variations), step_limit=args.step_limit),
+        memory=MemoryConfig(embedder="minilm"),
+        rollout=RolloutConfig(group_size=8, train_temperature=args.temperature),
+        algo=AlgoConfig(),
+        train=TrainConfig(learning_rate=args.distill_lr, checkpoint_every=1000),
+    )  # fmt: skip
+
+
+def part_distill(args, policy, embedder, root: Path, warm: list[torch.Tensor]) -> tuple[str, dict]:
+    """Bar 3: naive success before/after Distill now on memory episodes (no new rollouts)."""
+    env = TrapEnv()
+    task = args.distill_task
+    train_vs = list(args.distill_variations)
+    test_vs = list(env.variations(task, "test")[: args.variations_per_split])
+    out: dict = {}
+    rows = {k: [] for k in ("train_before", "train_after", "test_before", "test_after", "p_before", "p_after", "mem")}
+    for seed in args.seeds:
+        with torch.no_grad():
+            for p, w in zip(policy.trainable_parameters(), warm):
+                p.copy_(w)
+        policy.clear_cache()
+        cfg = lesson_config(task, seed, args)
+        session = Session.create(root, cfg)
+        trainer = Trainer(cfg, session, policy=policy, embedder=embedder)
+        for v in train_vs:
+            trainer.store.add_tip(task, v, env.curated_tip(task, v), score=100.0)
+
+        def naive_rate(vs: list[int], tag: int) -> tuple[float, list]:
+            eps = [ep for v in vs for ep in play(policy, trainer.store, task, v, "naive", args.episodes, seed * 1000 + v + tag, args.step_limit, args.temperature)]
+            return sum(ep.won for ep in eps) / len(eps), eps
+
+        p_before = statistics.fmean(first_action_prob(policy, task, v, False) for v in train_vs)
+        tr_before, naive_eps = naive_rate(train_vs, 0)
+        te_before, _ = naive_rate(test_vs, 0)
+        memory_eps = [ep for v in train_vs for ep in play(policy, trainer.store, task, v, "memory", args.episodes, seed * 1000 + v + 1, args.step_limit, args.temperature)]
+        session.append_episodes(naive_eps + memory_eps)
+        mem_rate = sum(ep.won for ep in memory_eps) / len(memory_eps)
+        t0 = time.perf_counter()
+        for k in range(args.distill_steps):
+            m = trainer.distill([ep.episode_id for ep in memory_eps]).metrics
+            print(f"  seed {seed} distill step {k + 1}: loss {m.get('loss/policy', float('nan')):.3f} "
+                  f"ratio {m.get('ratio/mean', float('nan')):.2f} masked {m.get('mask/low_prob_frac', float('nan')):.2f} "
+                  f"[{time.perf_counter() - t0:.0f} s]", flush=True)  # fmt: skip
+        policy.clear_cache()
+        p_after = statistics.fmean(first_action_prob(policy, task, v, False) for v in train_vs)
+        tr_after, _ = naive_rate(train_vs, 2)
+        te_after, _ = naive_rate(test_vs, 2)
+        for key, val in zip(rows, (tr_before, tr_after, te_before, te_after, p_before, p_after, mem_rate)):
+            rows[key].append(val)
+        print(f"  seed {seed}: naive train {tr_before:.2f} → {tr_after:.2f}, test {te_before:.2f} → {te_after:.2f}, "
+              f"memory {mem_rate:.2f}, P(first action | no tip) {p_before:.2f} → {p_after:.2f}", flush=True)  # fmt: skip
+        trainer.close()
+    out = rows
+    lines = [
+        f"### Distill now: {task}, variations {train_vs}, {args.episodes} naive + {args.episodes} memory episodes "
+        f"per variation, {args.distill_steps} distill steps at lr {args.distill_lr}, seeds {args.seeds}",
+        "",
+        "| measure | before | after |",
+        "|---|---|---|",
+        f"| naive success, distilled variations | {spread(rows['train_before'])} | {spread(rows['train_after'])} |",
+        f"| naive success, unseen test variations {test_vs[0]}–{test_vs[-1]} | {spread(rows['test_before'])} | {spread(rows['test_after'])} |",
+        f"| P(tip's first action), no tip in the prompt | {spread(rows['p_before'])} | {spread(rows['p_after'])} |",
+        f"| memory success (the distilled episodes) | {spread(rows['mem'])} | |",
+    ]
+    return "\n".join(lines), out
+
+
+def part_adapt(args, policy, embedder, root: Path, warm: list[torch.Tensor]) -> tuple[str, dict]:
+    """Bar 5: OOD adaptation with frozen weights on tasks other than the session's; the memory fills
+    with the episodes' own tips (record line + the model's sentence) trial after trial."""
+    rows: dict = {}
+    lines = [
+        f"### OOD adaptation: frozen weights, self-written tips, {args.adapt_trials} memory trials after a "
+        f"memory-free trial 0, group 8, step limit {args.step_limit}, seeds {args.seeds}",
+        "",
+        "| task | " + " | ".join(f"trial {t}" for t in range(args.adapt_trials + 1)) + " |",
+        "|---|" + "---|" * (args.adapt_trials + 1),
+    ]
+    for task in args.adapt_tasks:
+        per_trial: list[list[float]] = [[] for _ in range(args.adapt_trials + 1)]
+        for seed in args.seeds:
+            with torch.no_grad():
+                for p, w in zip(policy.trainable_parameters(), warm):
+                    p.copy_(w)
+            policy.clear_cache()
+            cfg = dataclasses.replace(lesson_config(args.distill_task, seed, args), run_id=f"adapt-{task}-seed{seed}")
+            trainer = Trainer(cfg, Session.create(root, cfg), policy=policy, embedder=embedder)
+            for row in trainer.adapt(task, trials=args.adapt_trials):
+                per_trial[int(row["adapt/trial"])].append(row["adapt/success_rate"])
+            print(f"  {task} seed {seed}: " + " ".join(f"{v[-1]:.2f}" for v in per_trial), flush=True)
+            trainer.close()
+        rows[task] = per_trial
+        lines.append(f"| {task} | " + " | ".join(spread(v) for v in per_trial) + " |")
+    return "\n".join(lines), rows
+
+
+def matmul_gflops() -> float:
+    a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
+    a @ b
+    t0 = time.perf_counter()
+    for _ in range(20):
+        a @ b
+    return 20 * 2 * 1024**3 / (time.perf_counter() - t0) / 1e9
+
+
+def part_speed(args, policy, embedder, root: Path, warm: list[torch.Tensor]) -> tuple[str, dict]:
+    """Bar 6: one iteration per update mode (group 8, step limit 8) and a Distill now over 16 episodes."""
+    task = args.distill_task
+    with torch.no_grad():
+        for p, w in zip(policy.trainable_parameters(), warm):
+            p.copy_(w)
+    policy.clear_cache()
+    cfg = dataclasses.replace(lesson_config(task, 0, args), run_id="speed")
+    session = Session.create(root, cfg)
+    trainer = Trainer(cfg, session, policy=policy, embedder=embedder)
+    env = TrapEnv()
+    for v in args.distill_variations:
+        trainer.store.add_tip(task, v, env.curated_tip(task, v), score=100.0)
+    gflops = matmul_gflops()
+    params = sum(p.numel() for p in policy.model.parameters())
+    phases = ("sampling", "env", "memory", "scoring", "backward")
+    lines = [
+        f"### Speed: {task}, group 8, step limit {args.step_limit}, CPU float32 matmul {gflops:.0f} GFLOP/s, "
+        f"{params / 1e6:.0f} M parameters",
+        "",
+        "| update mode | total s | " + " | ".join(f"{p} s" for p in phases) + " | trained tokens | fwd+bwd tokens/s | vs CPU limit | peak RSS GB |",
+        "|---|---|" + "---|" * len(phases) + "---|---|---|---|",
+    ]
+    out: dict = {}
+    memory_ids: list[str] = []
+    for mode in ("on-policy", "on-policy-with-tips", "off-policy"):
+        report = trainer.step(forced_mode=mode)
+        m = report.metrics
+        if mode != "on-policy":
+            memory_ids += list(report.episode_ids)
+        tokens = m.get("train/context_tokens", 0.0)
+        tps = tokens / max(m.get("time/scoring", 0) + m.get("time/backward", 0), 1e-9)
+        limit = gflops * 1e9 / (6 * params)  # forward + backward ≈ 6 FLOP per parameter per token
+        out[mode] = {**m, "rss_gb": rss_gb()}
+        lines.append(
+            f"| {mode} | {m['time/iteration']:.1f} | " + " | ".join(f"{m.get(f'time/{p}', 0):.1f}" for p in phases)
+            + f" | {m.get('train/tokens', 0):.0f} | {tps:.0f} | {tps / limit:.2f} | {rss_gb():.2f} |"
+        )
+        print(lines[-1], flush=True)
+    t0 = time.perf_counter()
+    m = trainer.distill(memory_ids[:16]).metrics
+    out["distill"] = {**m, "seconds": time.perf_counter() - t0, "rss_gb": rss_gb()}
+    lines.append(f"| Distill now ({len(memory_ids[:16])} episodes) | {time.perf_counter() - t0:.1f} | | | | "
+                 f"{m.get('time/scoring', 0):.1f} | {m.get('time/backward', 0):.1f} | {m.get('train/tokens', 0):.0f} | | | {rss_gb():.2f} |")  # fmt: skip
+    print(lines[-1], flush=True)
+    trainer.close()
+    return "\n".join(lines), out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--parts", nargs="+", default=["notes", "distill", "adapt", "speed"],
+                    choices=["notes", "distill", "adapt", "speed"])  # fmt: skip
+    ap.add_argument("--adapt-tasks", nargs="+", default=["trap-find-animal", "trap-water-plant"], choices=list(TASKS))
+    ap.add_argument("--adapt-trials", type=int, default=3)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
+    ap.add_argument("--episodes", type=int, default=4, help="episodes per variation, mode and seed")
+    ap.add_argument("--variations-per-split", type=int, default=2)
+    ap.add_argument("--step-limit", type=int, default=8)
+    ap.add_argument("--temperature", type=float, default=1.0)
+    ap.add_argument("--distill-task", default="trap-light-bulb", choices=list(TASKS))
+    ap.add_argument("--distill-variations", type=int, nargs="+", default=[0, 1])
+    ap.add_argument("--distill-steps", type=int, default=3)
+    ap.add_argument("--distill-lr", type=float, default=TrainConfig().learning_rate)
+    ap.add_argument("--root", type=Path, default=None, help="sessions root (default: $EMPO2_SESSIONS_DIR or ./sessions)")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+    root = (args.root or default_sessions_root()) / time.strftime("bench_lesson-%Y%m%d-%H%M%S")
+    root.mkdir(parents=True, exist_ok=True)
+    embedder = make_embedder("minilm")
+    t0 = time.perf_counter()
+    policy = load_policy(RunConfig().policy)
+    print(f"model loaded in {time.perf_counter() - t0:.0f}s (version {policy.version})", flush=True)
+    warm = [p.detach().clone() for p in policy.trainable_parameters()]
+    report = [f"# bench_lesson ({time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} CPU cores, torch {torch.__version__}, "
+              f"policy {policy.version})", ""]  # fmt: skip
+    results: dict = {}
+    parts = {"notes": lambda: part_notes(args, policy, embedder, root),
+             "distill": lambda: part_distill(args, policy, embedder, root, warm),
+             "adapt": lambda: part_adapt(args, policy, embedder, root, warm),
+             "speed": lambda: part_speed(args, policy, embedder, root, warm)}  # fmt: skip
+    for name in args.parts:
+        t = time.perf_counter()
+        text, data = parts[name]()
+        results[name] = data
+        report += [text, "", f"({name}: {time.perf_counter() - t:.0f} s)", ""]
+        (root / "lesson.md").write_text("\n".join(report))
+        (root / "lesson.json").write_text(json.dumps(results, default=float, indent=1))
+    print("\n" + "\n".join(report))
+    print(f"written: {root}/lesson.md")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
