@@ -231,7 +231,9 @@ def test_embedder_mismatch_and_reembed(store, tmp_path):
     with pytest.raises(EmbedderMismatchError):
         loose.retrieve("t", 0, "conv one")
     assert loose.reembed(small) == 5
-    assert loose.retrieve("t", 0, "conv one")[0].similarity == pytest.approx(1.0, abs=1e-5)
+    # the generated tip keyed "conv one" matches its own text exactly again (pinned manual tips
+    # of the partition come first in the list, whatever their similarity)
+    assert max(t.similarity for t in loose.retrieve("t", 0, "conv one")) == pytest.approx(1.0, abs=1e-5)
     reopened = TipStore.open(path, small, store.cfg)
     assert reopened.count() == 5
     with pytest.raises(ValueError, match="vectors from 'hash' \\(256-d\\)"):
