@@ -71,7 +71,6 @@ class Trainer:
         policy: a ready policy (e.g. the tiny test policy); None loads `cfg.policy`.
         embedder: a ready embedder; None builds `cfg.memory.embedder`.
         envs: an env pool shared with its owner (the studio), who closes it; None = the trainer's own.
-        micro_batch_episodes: episodes scored per forward/backward pass (memory bound).
     """
 
     def __init__(
@@ -82,7 +81,6 @@ class Trainer:
         policy: Any | None = None,
         embedder: Any | None = None,
         envs: EnvPool | None = None,
-        micro_batch_episodes: int = 2,
     ) -> None:
         from empo2_studio.memory import TipStore, make_embedder
         from empo2_studio.policy import load_policy
@@ -100,10 +98,7 @@ class Trainer:
             lr=cfg.train.learning_rate,
             weight_decay=cfg.train.weight_decay,
         )
-        self.settings = UpdateSettings(
-            algo=cfg.algo, grad_clip=cfg.train.grad_clip, update_epochs=cfg.train.update_epochs,
-            micro_batch_episodes=micro_batch_episodes,
-        )  # fmt: skip
+        self.settings = UpdateSettings.from_config(cfg.algo, cfg.train)
         self.pool = envs if envs is not None else EnvPool(cfg.env)
         self._owns_pool = envs is None
         self._novelty: dict[tuple[str, int], NoveltyMemory] = {}

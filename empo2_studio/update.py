@@ -53,13 +53,14 @@ from typing import Any
 import torch
 
 from empo2_studio.algorithm import clipped_surrogate_loss, kl_penalty, low_prob_mask
-from empo2_studio.config import AlgoConfig
+from empo2_studio.config import AlgoConfig, TrainConfig
 from empo2_studio.policy import Turn
 from empo2_studio.rollout import with_tips_message
 from empo2_studio.types import Episode, UpdateMode
 
-MAX_TRAIN_TOKENS = 4500
-"""Turns whose prompt + response exceed this many tokens are not trained on (recipe `max_train_length`)."""
+MAX_TRAIN_TOKENS = TrainConfig.max_train_tokens
+"""Turns whose prompt + response exceed this many tokens are not trained on (recipe `max_train_length`,
+4500; the run's value is `train.max_train_tokens`)."""
 
 @dataclass(frozen=True)
 class UpdateSettings:
@@ -68,9 +69,17 @@ class UpdateSettings:
     algo: AlgoConfig
     grad_clip: float = 1.0
     update_epochs: int = 1
-    micro_batch_episodes: int = 2
+    micro_batch_episodes: int = TrainConfig.micro_batch_episodes
     """Episodes scored per forward/backward; bounds activation memory (CPU laptops)."""
     max_train_tokens: int = MAX_TRAIN_TOKENS
+
+    @classmethod
+    def from_config(cls, algo: AlgoConfig, train: TrainConfig) -> UpdateSettings:
+        """The settings of a run: its `algo` section plus the optimiser knobs of its `train` section."""
+        return cls(
+            algo=algo, grad_clip=train.grad_clip, update_epochs=train.update_epochs,
+            micro_batch_episodes=train.micro_batch_episodes, max_train_tokens=train.max_train_tokens,
+        )  # fmt: skip
 
 
 def conversation(episode: Episode, update_mode: UpdateMode, *, n_turns: int | None = None) -> list[Turn]:

@@ -14,7 +14,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "empo2_studio"
 LAYERS: tuple[frozenset[str], ...] = tuple(
     frozenset(layer.split())
     for layer in (
-        "__init__ types config",
+        "__init__ types",
+        "config",
         "envs algorithm sessions",
         "policy",  # prompts render env observations
         "memory",  # reflection asks the policy for tips

@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from empo2_studio.app.jobs import Job, JobRegistry
-from empo2_studio.config import EnvConfig, RunConfig
+from empo2_studio.config import EMBEDDER_NAMES, EnvConfig, RunConfig
+from empo2_studio.types import ENV_NAMES
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +34,7 @@ DEFAULT_TASKS = {"trap": "trap-light-bulb", "scienceworld": "power-component"}
 """Task of a new session per env (power-component: the task of the authors' released config)."""
 
 POLICY_CHOICES = ("real", "tiny")
-EMBEDDER_CHOICES = ("minilm", "hash")
+EMBEDDER_CHOICES = EMBEDDER_NAMES
 
 
 class Studio:
@@ -67,8 +68,8 @@ class Studio:
         self.root = Path(sessions_root)
         self.root.mkdir(parents=True, exist_ok=True)
         env = env or "scienceworld"
-        if env not in ("trap", "scienceworld"):
-            raise ValueError(f"env must be one of ['trap', 'scienceworld'], got {env!r}")
+        if env not in ENV_NAMES:
+            raise ValueError(f"env must be one of {list(ENV_NAMES)}, got {env!r}")
         self.env_name = env
         policy = policy if policy is not None else os.environ.get("EMPO2_STUDIO_TEST_POLICY", "real")
         embedder = embedder if embedder is not None else os.environ.get("EMPO2_STUDIO_TEST_EMBEDDER") or None

@@ -23,9 +23,8 @@ import torch
 from empo2_studio.policy import ActionRequest, Turn, logprob_temperature
 from empo2_studio.policy.sampling import CachedSampler
 from empo2_studio.policy.tokens import ActionTrie, ChatFormat
-from empo2_studio.types import ActionSample
+from empo2_studio.types import DECODINGS, ActionSample
 
-DECODINGS = ("free", "constrained")
 _NEWLINE_CACHE: dict[tuple[str, int], tuple[frozenset[int], frozenset[int]]] = {}
 
 
