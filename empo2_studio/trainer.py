@@ -43,7 +43,6 @@ from empo2_studio.rollout import (
     episode_return,
     mean_score,
     play_group,
-    play_side_by_side,
     sampling_seed,
     seed_policy,
     success_rate,
@@ -311,7 +310,7 @@ class Trainer:
                 adv_of[m.episode_id] = a
         return [adv_of[ep.episode_id] for ep in chosen]
 
-    # ---- evaluation, adaptation, demo --------------------------------------------------------
+    # ---- evaluation, adaptation -------------------------------------------------------------
     def evaluate(self, *, variations: int | None = None, repeats: int | None = None) -> dict[str, float]:
         """Test-split evaluation of this trainer's policy, without memory (see `evaluation.evaluate`)."""
         return evaluation.evaluate(
@@ -332,18 +331,6 @@ class Trainer:
             self.policy, self.pool, self.store, self.cfg, self.session, task, iteration=self.iteration,
             trials=trials, on_trial=on_trial, stop=stop,
         )  # fmt: skip
-
-    def play_side_by_side(
-        self, task: str, variation: int, *, seed: int, temperature: float, on_step=None
-    ) -> tuple[Episode, Episode]:
-        """A naive and a memory episode of the same task/variation/seed, streamed per step; tips written."""
-        seed_policy(self.policy, seed)
-        pair = play_side_by_side(
-            self.envs(2), self.policy, self.store, task=task, variation=variation, split="train",
-            seed=seed, temperature=temperature, on_step=on_step,
-        )  # fmt: skip
-        self.session.append_episodes(list(pair))
-        return pair
 
     # ---- checkpoints -------------------------------------------------------------------------
     def save_checkpoint(self) -> Path:
