@@ -14,6 +14,9 @@ flags override `--config`. Exit codes: 0 ok, 1 failure, 2 usage (bad flag, inval
 run), 130 aborted by a second Ctrl-C. The first Ctrl-C stops training after the current iteration
 and saves a checkpoint. Sessions live in `--sessions-dir`, else $EMPO2_SESSIONS_DIR, else ./sessions.
 Heavy modules (torch, the trainer, gradio) load only inside the command that needs them.
+
+Over 400 lines because it holds one runner per command (seven) with the usage checks each makes
+before any model loads; the command dataclasses already live in cli_commands.py.
 """
 
 from __future__ import annotations

@@ -25,6 +25,8 @@ makes the naive ones the distillation baseline. What the lesson stored (tip ids,
 to distill) is kept in the session's state.json under "lesson", so the stages can run as separate jobs.
 
 Uses the trainer's policy, tip store, env pool and session; no Gradio.
+
+Over 400 lines because the five stages share one persisted state and one result shape.
 """
 
 from __future__ import annotations

@@ -79,3 +79,11 @@ def test_the_checker_sees_an_upward_import(tmp_path):
     probe.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from empo2_studio.trainer import Trainer\n")
     assert _imported_parts(probe) == {"trainer"} and RANK["trainer"] > RANK["evaluation"]
 
+
+def test_long_modules_say_why():
+    unexplained = []
+    for _, path in _modules():
+        text = path.read_text(encoding="utf-8")
+        if text.count("\n") > MAX_LINES and REASON_MARK not in (ast.get_docstring(ast.parse(text)) or ""):
+            unexplained.append(f"{path.relative_to(PACKAGE.parent)}: {text.count(chr(10))} lines")
+    assert unexplained == []

@@ -6,6 +6,10 @@ so the first load converts it once into a safetensors checkpoint under
 `${XDG_CACHE_HOME:-~/.cache}/empo2-studio/models/smollm2-135m-instruct/` (written to a temporary
 directory and renamed, so a killed conversion never leaves a half checkpoint). The tokenizer is cached
 on its own so that tokenizer-only users (the tiny test policy) never pay for the model conversion.
+
+Over 400 lines because the GGUF conversion, quantization, LoRA targets, the adapter-fit check (read
+from config and safetensors headers before any weight loads) and the warm start share one cache
+layout and one set of named errors.
 """
 
 from __future__ import annotations
