@@ -123,7 +123,7 @@ def policy_update(
     """Run `settings.update_epochs` optimizer passes over the episodes' turns.
 
     Args:
-        policy: an HFPolicy (`score`, `trainable_parameters`, `chat_format`; `model` when kl_coef > 0).
+        policy: a `Policy` (`score`, `trainable_parameters`, `chat_format`; `no_adapter` when kl_coef > 0).
         optimizer: AdamW over `policy.trainable_parameters()`.
         episodes: the played episodes (their steps carry the behaviour log-probs, sampled at
             `Episode.temperature`, which every re-score uses too).
@@ -243,7 +243,7 @@ def _tip_free_logps(policy: Any, chunk: list, mask: torch.Tensor) -> torch.Tenso
 
 def _kl_sum(policy: Any, chunk: list, update_mode: UpdateMode, logps, kept, a: AlgoConfig) -> torch.Tensor:
     """Summed k3 KL against the adapter-free base model on the same conversations (β·KL, paper Eq. 1)."""
-    with torch.no_grad(), policy.model.disable_adapter():
+    with torch.no_grad(), policy.no_adapter():
         scored = policy.score(
             [conversation(ep, update_mode, n_turns=k) for ep, _, k in chunk], temperature=_temperatures(chunk)
         )

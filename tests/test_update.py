@@ -18,6 +18,7 @@ The loss is linear in the ratio here, so dL/dw equals the loss and SGD (lr 0.1) 
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import pytest
@@ -58,6 +59,16 @@ class ScoringFake:
         self.chat_format = _Format(packed)
         self.poison = poison
         self.score_calls = 0
+        self._base = False
+
+    @contextlib.contextmanager
+    def no_adapter(self):
+        """The adapter-free base: log π(t) = −t/10, no w."""
+        self._base = True
+        try:
+            yield
+        finally:
+            self._base = False
 
     def trainable_parameters(self):
         return [self.w]
@@ -65,6 +76,8 @@ class ScoringFake:
     def score(self, conversations, *, temperature=1.0):
         self.score_calls += 1
         shift = self.w * math.nan if self.poison else self.w
+        if self._base:
+            shift = torch.zeros(())
         return [[torch.tensor([-t / 10 for t in turn.action_ids]) + shift for turn in conv] for conv in conversations]
 
 
@@ -88,9 +101,11 @@ ADVANTAGES = [1.0, -0.5, 2.0]
 EXPECTED_LOSS = {"token-mean": -5.5 / 8, "seq-mean-token-mean": -3.5 / 4, "seq-mean-token-sum": -5.5 / 4}
 
 
-def _update(policy, *, loss_agg="token-mean", micro=2, max_tokens=4500, advantages=ADVANTAGES, episodes=EPISODES):
+def _update(policy, *, loss_agg="token-mean", micro=2, max_tokens=4500, advantages=ADVANTAGES, episodes=EPISODES,
+            kl_coef=0.0):
     settings = UpdateSettings(
-        AlgoConfig(loss_agg=loss_agg), grad_clip=100.0, micro_batch_episodes=micro, max_train_tokens=max_tokens
+        AlgoConfig(loss_agg=loss_agg, kl_coef=kl_coef), grad_clip=100.0, micro_batch_episodes=micro,
+        max_train_tokens=max_tokens,
     )
     optimizer = torch.optim.SGD(policy.trainable_parameters(), lr=0.1)
     return policy_update(policy, optimizer, episodes, advantages, "on-policy", settings)
@@ -158,3 +173,33 @@ def test_all_zero_advantages_are_no_signal_and_nothing_is_scored():
 def test_advantages_must_match_the_episodes():
     with pytest.raises(ValueError, match="one advantage per episode"):
         _update(ScoringFake(), advantages=[1.0])
+
+
+def test_kl_reference_is_the_adapter_free_base():
+    """With w = 0.5 the current log-probs sit 0.5 above the base's on every token, so the k3 estimate
+    per token is e^(−0.5) − 1 + 0.5 = 0.10653 (`kl_penalty` of ref − logp = −0.5), the same in every
+    micro-batch split; the policy loss is unchanged by the KL term's presence."""
+    runs = []
+    for micro in (1, 3):
+        policy = ScoringFake()
+        with torch.no_grad():
+            policy.w.fill_(0.5)
+        runs.append(_update(policy, micro=micro, kl_coef=0.1))
+    k3 = math.exp(-0.5) - 1 + 0.5
+    assert runs[0]["loss/kl"] == pytest.approx(k3, abs=1e-5) and runs[1]["loss/kl"] == pytest.approx(k3, abs=1e-5)
+    assert runs[0]["loss/policy"] == pytest.approx(runs[1]["loss/policy"], abs=1e-6)
+
+
+def test_hf_policy_no_adapter_scores_the_base_model():
+    from empo2_studio.policy import Turn, build_tiny_policy
+
+    policy = build_tiny_policy("free", seed=2, max_action_tokens=6)
+    conv = [[Turn("hello", (5, 6, 7), ())]]
+    with torch.no_grad():
+        base = policy.score(conv)[0][0]
+        for p in policy.trainable_parameters():
+            p.add_(0.05)
+        moved = policy.score(conv)[0][0]
+        with policy.no_adapter():
+            again = policy.score(conv)[0][0]
+    assert not torch.allclose(moved, base) and torch.equal(again, base)

@@ -267,6 +267,10 @@ class HFPolicy:
 
     # ---------------------------------------------------------------- adapter
 
+    def no_adapter(self) -> Any:
+        """Score with the adapter-free base model inside this context (PEFT's `disable_adapter`)."""
+        return self.model.disable_adapter()
+
     def trainable_parameters(self) -> list[torch.nn.Parameter]:
         """The LoRA parameters (requires_grad=True); the base weights are frozen."""
         return [p for p in self.model.parameters() if p.requires_grad]
