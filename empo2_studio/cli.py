@@ -14,6 +14,9 @@ flags override `--config`. Exit codes: 0 ok, 1 failure, 2 usage (bad flag, inval
 run), 130 aborted by a second Ctrl-C. The first Ctrl-C stops training after the current iteration
 and saves a checkpoint. Sessions live in `--sessions-dir`, else $EMPO2_SESSIONS_DIR, else ./sessions.
 Heavy modules (torch, the trainer, gradio) load only inside the command that needs them.
+
+Over 400 lines because it holds one runner per command (seven) with the usage checks each makes
+before any model loads; the command dataclasses already live in cli_commands.py.
 """
 
 from __future__ import annotations
@@ -238,17 +241,15 @@ def _check_adapter(cfg: RunConfig) -> None:
 
 def _check_unseen_task(cfg: RunConfig, task: str) -> None:
     """Adaptation needs a task of the run's env other than the one it trained on (no JVM starts)."""
-    from empo2_studio.envs import make_env
+    from empo2_studio.envs import check_unseen_task, make_env
 
     env = make_env(cfg.env)
     try:
-        known = list(env.task_names())
+        check_unseen_task(task, env.task_names(), cfg.env)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
     finally:
         env.close()
-    if task not in known:
-        raise UsageError(f"unknown task {task!r} for env {cfg.env.name!r}; valid: {', '.join(known)}")
-    if task == cfg.env.task:
-        raise UsageError(f"--task {task!r} is the task the run trained on; adaptation needs an unseen one")
 
 
 def _discard_new_session(session: Session) -> None:
@@ -285,12 +286,18 @@ def run_eval(cmd: EvalCmd) -> int:
     for flag, value in (("--variations", cmd.variations), ("--repeats", cmd.repeats)):
         if value is not None and value < 1:
             raise UsageError(f"{flag} must be ≥ 1, got {value}")
+    from empo2_studio import evaluation
+    from empo2_studio.envs import EnvPool
+
     session = _open(cmd.session, cmd.sessions_dir)
-    trainer = _load_trainer(session, require_checkpoint=False)
+    policy, iteration = _load_frozen_policy(session)
+    envs = EnvPool(session.config.env)
     try:
-        result = trainer.evaluate(variations=cmd.variations, repeats=cmd.repeats)
+        result = evaluation.evaluate(
+            policy, envs, session.config, session, iteration=iteration, variations=cmd.variations, repeats=cmd.repeats
+        )
     finally:
-        trainer.close()
+        envs.close()
     _print_metrics(result, as_json=cmd.json)
     return OK
 
@@ -302,12 +309,22 @@ def run_adapt(cmd: AdaptCmd) -> int:
         raise UsageError(f"--trials must be ≥ 1, got {cmd.trials}")
     session = _open(cmd.from_, cmd.sessions_dir)
     _check_unseen_task(session.config, cmd.task)  # before the model loads
-    trainer = _load_trainer(session, require_checkpoint=False)
+    from empo2_studio import evaluation
+    from empo2_studio.envs import EnvPool
+    from empo2_studio.memory import TipStore, make_embedder
+
+    cfg = session.config
+    policy, iteration = _load_frozen_policy(session)
+    store = TipStore.open(session.tips_path, make_embedder(cfg.memory.embedder), cfg.memory)
+    envs = EnvPool(cfg.env)
     try:
         with tqdm(total=cmd.trials + 1, desc=f"adapt {cmd.task}", unit="trial") as bar:
-            rows = trainer.adapt(cmd.task, trials=cmd.trials, on_trial=lambda row: bar.update(1))
+            rows = evaluation.adapt(
+                policy, envs, store, cfg, session, cmd.task, iteration=iteration, trials=cmd.trials,
+                on_trial=lambda row: bar.update(1),
+            )  # fmt: skip
     finally:
-        trainer.close()
+        envs.close()
     for row in rows:
         print(json.dumps(row) if cmd.json else "  ".join(f"{k}={_fmt(v)}" for k, v in row.items()))
     return OK
@@ -415,6 +432,22 @@ def _load_trainer(session: Session, *, require_checkpoint: bool) -> Any:
     if require_checkpoint:
         raise UsageError(f"session {session.run_id!r} has no checkpoint to resume from")
     return Trainer(session.config, session)
+
+
+def _load_frozen_policy(session: Session) -> tuple[Any, int]:
+    """The session's policy with the adapter of its latest complete checkpoint (or the weights a new
+    run starts from) and that checkpoint's iteration, for playing only: no trainer, no optimizer."""
+    from empo2_studio.policy import load_policy  # torch loads only here
+    from empo2_studio.trainer import latest_complete_checkpoint
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    policy = load_policy(session.config.policy)
+    latest = latest_complete_checkpoint(session)
+    if latest is None:
+        return policy, 0
+    iteration, path = latest
+    policy.load_adapter(str(path))
+    return policy, iteration
 
 
 def _refuse_config_change(session: Session, cfg: RunConfig) -> None:

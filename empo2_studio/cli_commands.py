@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated
 
 import tyro
 
 from empo2_studio.config import RunConfig
+from empo2_studio.types import EnvName
 
 
 @dataclass
@@ -22,7 +23,7 @@ class AppCmd:
     """TCP port."""
     sessions_dir: Path | None = None
     """Sessions root (default: $EMPO2_SESSIONS_DIR or ./sessions)."""
-    env: Literal["trap", "scienceworld"] | None = None
+    env: EnvName | None = None
     """Env of the default session when the studio creates it (default: the studio's choice)."""
     run_id: str | None = None
     """Session to open (or create) at start (default: the studio's default session)."""

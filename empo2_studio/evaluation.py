@@ -8,27 +8,49 @@
   before the next. Returns one row per trial. The paper does not say how many episodes a "step" has,
   nor the temperature; here a trial is one group (`rollout.group_size` episodes) of the task's first
   training variation at the training temperature (exploration, "exactly as in EMPO² training").
+
+Both take only what they use — a policy, an env pool, the run config, the session (and, for `adapt`,
+the tip store) — so `empo2-studio eval` loads a policy and plays, with no trainer or optimizer built.
+`Trainer.evaluate` / `Trainer.adapt` pass the trainer's own.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import torch
 
-from empo2_studio.rollout import play_group, seed_policy, write_group_tips
+from empo2_studio.envs import EnvPool, check_unseen_task
+from empo2_studio.rollout import mean_score, play_group, sampling_seed, seed_policy, success_rate, write_group_tips
 from empo2_studio.types import Episode, RolloutMode
 
 if TYPE_CHECKING:
-    from empo2_studio.trainer import Trainer
+    from empo2_studio.config import RunConfig
+    from empo2_studio.sessions import Session
+
+ADAPT_SEED_OFFSET = 500_000
+"""Adaptation trials seed the sampler with salts from here, apart from the training iterations'."""
 
 
-def evaluate(trainer: Trainer, *, variations: int | None = None, repeats: int | None = None) -> dict[str, float]:
+def evaluate(
+    policy,
+    envs: EnvPool,
+    cfg: RunConfig,
+    session: Session,
+    *,
+    iteration: int,
+    variations: int | None = None,
+    repeats: int | None = None,
+) -> dict[str, float]:
     """Play the test split without memory and record the result in the session.
 
     Args:
-        trainer: supplies the policy, env pool, config and session (the tip store is never touched).
+        policy: the policy to evaluate (sampled, never updated).
+        envs: the pool the episodes play on (`repeats` instances are taken).
+        cfg: the run config (task, seed, eval temperature, default variations / repeats).
+        session: where the episodes and the metrics row go; `iteration` labels the row.
         variations: test variations to use (default `train.eval_variations`, capped by the split size).
         repeats: episodes per variation (default `train.eval_repeats`).
 
@@ -39,23 +61,21 @@ def evaluate(trainer: Trainer, *, variations: int | None = None, repeats: int | 
     Raises:
         ValueError: variations or repeats < 1.
     """
-    cfg = trainer.cfg
     n_var = cfg.train.eval_variations if variations is None else variations
     n_rep = cfg.train.eval_repeats if repeats is None else repeats
     if n_var < 1 or n_rep < 1:
         raise ValueError(f"evaluate needs variations ≥ 1 and repeats ≥ 1, got {n_var!r} and {n_rep!r}")
     task = cfg.env.task
-    envs = trainer.envs(n_rep)
-    test_variations = envs[0].variations(task, "test")[:n_var]
-    seed_policy(trainer.policy, cfg.seed)  # the same sampling noise at every evaluation of a run
+    group = envs.take(n_rep)
+    test_variations = group[0].variations(task, "test")[:n_var]
+    seed_policy(policy, cfg.seed)  # the same sampling noise at every evaluation of a run
     episodes: list[Episode] = []
     for variation in test_variations:
         episodes += play_group(
-            envs, trainer.policy, None, task=task, variation=variation, split="test", rollout_mode="naive",
+            group, policy, None, task=task, variation=variation, split="test", rollout_mode="naive",
             update_mode=None, temperature=cfg.rollout.eval_temperature, seed=cfg.seed, group_id="",
         )  # fmt: skip
-    score = sum(ep.score for ep in episodes) / len(episodes)
-    success = sum(ep.won for ep in episodes) / len(episodes)
+    score, success = mean_score(episodes), success_rate(episodes)
     result = {
         "eval/score_mean": score,
         "eval/success_rate": success,
@@ -63,66 +83,74 @@ def evaluate(trainer: Trainer, *, variations: int | None = None, repeats: int | 
         f"eval/{task}/score_mean": score,
         f"eval/{task}/success_rate": success,
     }
-    trainer.session.append_episodes(episodes)
-    trainer.session.append_metrics({"iteration": trainer.iteration, "kind": "eval", **result})
+    session.append_episodes(episodes)
+    session.append_metrics({"iteration": iteration, "kind": "eval", **result})
     return result
 
 
 def adapt(
-    trainer: Trainer,
+    policy,
+    envs: EnvPool,
+    store,
+    cfg: RunConfig,
+    session: Session,
     task: str,
     *,
+    iteration: int,
     trials: int = 10,
     on_trial: Callable[[dict[str, float]], None] | None = None,
+    stop: threading.Event | None = None,
 ) -> list[dict[str, float]]:
     """OOD adaptation: frozen weights, memory only (paper §6.1, Fig. 8).
 
     Args:
-        trainer: supplies the policy (not updated), env pool, tip store and session.
+        policy: the policy (sampled and writing tips, never updated).
+        envs: the pool the trials play on (`rollout.group_size` instances are taken).
+        store: the tip store the trials retrieve from and write to (the task's own partition).
+        cfg: the run config (trained task, seed, group size, training temperature).
+        session: where episodes and one metrics row per trial go; `iteration` labels the rows.
         task: a task of the same env other than the training task.
         trials: memory trials after the memory-free trial 0 (paper: 10).
         on_trial: called with each trial's row as soon as it is done.
+        stop: when set, the run ends after the current trial (the rows so far are returned).
 
     Returns:
-        `trials + 1` rows {"adapt/trial", "adapt/score_mean", "adapt/success_rate", "adapt/tips_total"}.
+        Up to `trials + 1` rows {"adapt/trial", "adapt/score_mean", "adapt/success_rate", "adapt/tips_total"}.
 
     Raises:
         ValueError: unknown task, the training task itself, or trials < 1.
         RuntimeError: a trainable parameter changed (never expected; the check guards the promise).
     """
-    cfg = trainer.cfg
-    envs = trainer.envs(cfg.rollout.group_size)
-    known = envs[0].task_names()
-    if task not in known:
-        raise ValueError(f"unknown task {task!r} for env {cfg.env.name!r}; valid: {list(known)}")
-    if task == cfg.env.task:
-        raise ValueError(f"adapt runs on a task the policy was not trained on; {task!r} is the training task")
+    group = envs.take(cfg.rollout.group_size)
+    check_unseen_task(task, group[0].task_names(), cfg.env)
     if trials < 1:
         raise ValueError(f"trials must be ≥ 1, got {trials!r}")
-    before = [p.detach().clone() for p in trainer.policy.trainable_parameters()]
-    variation = envs[0].variations(task, "train")[0]
+    before = [p.detach().clone() for p in policy.trainable_parameters()]
+    variation = group[0].variations(task, "train")[0]
     rows = []
     for trial in range(trials + 1):
         mode: RolloutMode = "naive" if trial == 0 else "memory"
-        seed_policy(trainer.policy, cfg.seed * 1_000_003 + 500_000 + trial)
+        seed_policy(policy, sampling_seed(cfg.seed, ADAPT_SEED_OFFSET + trial))
         episodes = play_group(
-            envs, trainer.policy, trainer.store, task=task, variation=variation, split="train",
+            group, policy, store, task=task, variation=variation, split="train",
             rollout_mode=mode, update_mode=None, temperature=cfg.rollout.train_temperature, seed=cfg.seed,
             keep_caches=True,
         )  # fmt: skip
-        episodes = write_group_tips(trainer.policy, trainer.store, episodes)
+        episodes = write_group_tips(policy, store, episodes)
         row = {
             "adapt/trial": float(trial),
-            "adapt/score_mean": sum(ep.score for ep in episodes) / len(episodes),
-            "adapt/success_rate": sum(ep.won for ep in episodes) / len(episodes),
-            "adapt/tips_total": float(trainer.store.count(task=task)),
+            "adapt/score_mean": mean_score(episodes),
+            "adapt/success_rate": success_rate(episodes),
+            "adapt/tips_total": float(store.count(task=task)),
         }
-        trainer.session.append_episodes(episodes)
-        trainer.session.append_metrics({"iteration": trainer.iteration, "kind": "adapt", "task": task, **row})
+        session.append_episodes(episodes)
+        session.append_metrics({"iteration": iteration, "kind": "adapt", "task": task, **row})
         rows.append(row)
         if on_trial is not None:
             on_trial(row)
-    after = trainer.policy.trainable_parameters()
+        if stop is not None and stop.is_set():
+            break
+    after = policy.trainable_parameters()
     if any(not torch.equal(a, b.detach()) for a, b in zip(before, after, strict=True)):
         raise RuntimeError("adapt changed trainable parameters; weights must stay frozen")
     return rows

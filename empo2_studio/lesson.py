@@ -25,6 +25,8 @@ makes the naive ones the distillation baseline. What the lesson stored (tip ids,
 to distill) is kept in the session's state.json under "lesson", so the stages can run as separate jobs.
 
 Uses the trainer's policy, tip store, env pool and session; no Gradio.
+
+Over 400 lines because the five stages share one persisted state and one result shape.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from empo2_studio.rollout import play_group, seed_policy
+from empo2_studio.rollout import play_group, sampling_seed, seed_policy
 from empo2_studio.types import Episode, RolloutMode
 
 TRAP_TASKS = ("trap-light-bulb", "trap-find-animal", "trap-water-plant")
@@ -394,7 +396,7 @@ class Lesson:
 
     def _seed(self, variation: int) -> int:
         """One seed per variation, shared by the playing stages (they differ only by tips / weights)."""
-        return self.settings.seed * 1_000_003 + variation
+        return sampling_seed(self.settings.seed, variation)
 
     def _record(self, result: StageResult) -> None:
         """The stage's `kind: lesson` metrics row (numbers only, plus the stage and task names)."""

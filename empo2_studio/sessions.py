@@ -15,6 +15,9 @@ Crash safety: each append writes whole lines in one write, then flush + fsync. A
 at most one partial last line; readers ignore it and the next append cuts it off before writing. So
 after a crash the session opens and every record completed before the kill is still there.
 JSON is strict: non-finite floats (NaN, ±inf) are written as null.
+
+Over 400 lines because the crash-safe append, repair and atomic-write helpers belong with the one
+class that uses them.
 """
 
 from __future__ import annotations

@@ -36,12 +36,16 @@ import torch
 from empo2_studio import evaluation
 from empo2_studio.algorithm import NoveltyMemory, group_advantages
 from empo2_studio.config import RunConfig
+from empo2_studio.envs import EnvPool
 from empo2_studio.rollout import (
     Timings,
     draw_update_mode,
+    episode_return,
+    mean_score,
     play_group,
-    play_side_by_side,
+    sampling_seed,
     seed_policy,
+    success_rate,
     write_group_tips,
 )
 from empo2_studio.types import UPDATE_MODES, Episode, IterationReport, UpdateMode, rollout_mode_of
@@ -65,7 +69,7 @@ class Trainer:
         session: where metrics, episodes, tips and checkpoints go (`sessions.Session`).
         policy: a ready policy (e.g. the tiny test policy); None loads `cfg.policy`.
         embedder: a ready embedder; None builds `cfg.memory.embedder`.
-        micro_batch_episodes: episodes scored per forward/backward pass (memory bound).
+        envs: an env pool shared with its owner (the studio), who closes it; None = the trainer's own.
     """
 
     def __init__(
@@ -75,7 +79,7 @@ class Trainer:
         *,
         policy: Any | None = None,
         embedder: Any | None = None,
-        micro_batch_episodes: int = 2,
+        envs: EnvPool | None = None,
     ) -> None:
         from empo2_studio.memory import TipStore, make_embedder
         from empo2_studio.policy import load_policy
@@ -93,11 +97,9 @@ class Trainer:
             lr=cfg.train.learning_rate,
             weight_decay=cfg.train.weight_decay,
         )
-        self.settings = UpdateSettings(
-            algo=cfg.algo, grad_clip=cfg.train.grad_clip, update_epochs=cfg.train.update_epochs,
-            micro_batch_episodes=micro_batch_episodes,
-        )  # fmt: skip
-        self._envs: list[Any] = []
+        self.settings = UpdateSettings.from_config(cfg.algo, cfg.train)
+        self.pool = envs if envs is not None else EnvPool(cfg.env)
+        self._owns_pool = envs is None
         self._novelty: dict[tuple[str, int], NoveltyMemory] = {}
         self._variations: tuple[int, ...] | None = None
         self.on_phase: Callable[[str], None] | None = None
@@ -106,17 +108,12 @@ class Trainer:
     # ---- resources ---------------------------------------------------------------------------
     def envs(self, n: int) -> list[Any]:
         """The first `n` env instances of the pool, creating missing ones (kept until `close`)."""
-        from empo2_studio.envs import make_env
-
-        while len(self._envs) < n:
-            self._envs.append(make_env(self.cfg.env))
-        return self._envs[:n]
+        return self.pool.take(n)
 
     def close(self) -> None:
-        """Release the env pool (JVMs for ScienceWorld). Idempotent."""
-        for env in self._envs:
-            env.close()
-        self._envs = []
+        """Release the env pool (JVMs for ScienceWorld) unless its owner shares it. Idempotent."""
+        if self._owns_pool:
+            self.pool.close()
 
     def train_variations(self) -> tuple[int, ...]:
         """`cfg.env.variations`, or the first 5 train variations of the task (paper default)."""
@@ -136,7 +133,7 @@ class Trainer:
 
     def _seed_sampling(self, salt: int) -> None:
         """Seed the sampler per iteration from (run seed, iteration) so a resumed run replays it."""
-        seed_policy(self.policy, self.cfg.seed * 1_000_003 + salt)
+        seed_policy(self.policy, sampling_seed(self.cfg.seed, salt))
 
     # ---- one iteration -----------------------------------------------------------------------
     def step(self, *, forced_mode: UpdateMode | None = None) -> IterationReport:
@@ -209,7 +206,7 @@ class Trainer:
         episodes = play_group(
             envs, self.policy, self.store, task=task, variation=variation,
             split="train", rollout_mode=rollout_mode_of(mode), update_mode=mode,
-            temperature=self.cfg.rollout.train_temperature, seed=self.cfg.seed * 1_000_003 + self.iteration,
+            temperature=self.cfg.rollout.train_temperature, seed=sampling_seed(self.cfg.seed, self.iteration),
             embedder=self.embedder, novelty=self.novelty(task, variation), timings=timings, keep_caches=True,
             on_step=on_step if self.on_phase is not None else None,
         )  # fmt: skip
@@ -219,22 +216,19 @@ class Trainer:
     def _advantages(self, groups: Sequence[Sequence[Episode]]) -> list[float]:
         """Group-relative advantages of R = extrinsic return + intrinsic_coef × Σ intrinsic rewards."""
         coef = self.cfg.algo.intrinsic_coef
-        returns = torch.tensor(
-            [[ep.return_ + coef * sum(s.intrinsic_reward for s in ep.steps) for ep in g] for g in groups],
-            dtype=torch.float64,
-        )
+        returns = torch.tensor([[episode_return(ep, coef) for ep in g] for g in groups], dtype=torch.float64)
         return group_advantages(returns, self.cfg.algo.adv_eps).flatten().tolist()
 
     def _rollout_metrics(self, episodes: Sequence[Episode], mode: UpdateMode, timings: Timings) -> dict[str, float]:
         n = len(episodes)
-        mean_score = sum(ep.score for ep in episodes) / n
+        score = mean_score(episodes)
         steps = [s for ep in episodes for s in ep.steps]
         retrieved = [len(s.tips) for s in steps]
         intrinsic = [s.intrinsic_reward for s in steps]
         return {
-            "rollout/score_mean": mean_score,
-            f"rollout/score_{rollout_mode_of(mode)}": mean_score,
-            "rollout/success_rate": sum(ep.won for ep in episodes) / n,
+            "rollout/score_mean": score,
+            f"rollout/score_{rollout_mode_of(mode)}": score,
+            "rollout/success_rate": success_rate(episodes),
             "rollout/episode_len": len(steps) / n,
             "rollout/update_mode": float(MODE_CODE[mode]),
             "rollout/episodes": float(n),
@@ -311,33 +305,32 @@ class Trainer:
             if len(unique) < 2:
                 adv_of[unique[0].episode_id] = 0.0  # a lone episode has no baseline: no signal
                 continue
-            returns = torch.tensor(
-                [[m.return_ + coef * sum(s.intrinsic_reward for s in m.steps) for m in unique]], dtype=torch.float64
-            )
+            returns = torch.tensor([[episode_return(m, coef) for m in unique]], dtype=torch.float64)
             for m, a in zip(unique, group_advantages(returns, self.cfg.algo.adv_eps)[0].tolist()):
                 adv_of[m.episode_id] = a
         return [adv_of[ep.episode_id] for ep in chosen]
 
-    # ---- evaluation, adaptation, demo --------------------------------------------------------
+    # ---- evaluation, adaptation -------------------------------------------------------------
     def evaluate(self, *, variations: int | None = None, repeats: int | None = None) -> dict[str, float]:
-        """Test-split evaluation without memory at the eval temperature (see `evaluation.evaluate`)."""
-        return evaluation.evaluate(self, variations=variations, repeats=repeats)
-
-    def adapt(self, task: str, *, trials: int = 10, on_trial: Callable[[dict[str, float]], None] | None = None):
-        """OOD adaptation with frozen weights (see `evaluation.adapt`)."""
-        return evaluation.adapt(self, task, trials=trials, on_trial=on_trial)
-
-    def play_side_by_side(
-        self, task: str, variation: int, *, seed: int, temperature: float, on_step=None
-    ) -> tuple[Episode, Episode]:
-        """A naive and a memory episode of the same task/variation/seed, streamed per step; tips written."""
-        seed_policy(self.policy, seed)
-        pair = play_side_by_side(
-            self.envs(2), self.policy, self.store, task=task, variation=variation, split="train",
-            seed=seed, temperature=temperature, on_step=on_step,
+        """Test-split evaluation of this trainer's policy, without memory (see `evaluation.evaluate`)."""
+        return evaluation.evaluate(
+            self.policy, self.pool, self.cfg, self.session, iteration=self.iteration,
+            variations=variations, repeats=repeats,
         )  # fmt: skip
-        self.session.append_episodes(list(pair))
-        return pair
+
+    def adapt(
+        self,
+        task: str,
+        *,
+        trials: int = 10,
+        on_trial: Callable[[dict[str, float]], None] | None = None,
+        stop: threading.Event | None = None,
+    ) -> list[dict[str, float]]:
+        """OOD adaptation of this trainer's policy and tip store, weights frozen (see `evaluation.adapt`)."""
+        return evaluation.adapt(
+            self.policy, self.pool, self.store, self.cfg, self.session, task, iteration=self.iteration,
+            trials=trials, on_trial=on_trial, stop=stop,
+        )  # fmt: skip
 
     # ---- checkpoints -------------------------------------------------------------------------
     def save_checkpoint(self) -> Path:
@@ -370,7 +363,7 @@ class Trainer:
             ValueError: the session has no checkpoint, or the checkpoint belongs to another base model.
         """
         trainer = cls(session.config, session, **kw)
-        latest = _latest_complete(session)
+        latest = latest_complete_checkpoint(session)
         if latest is None:
             raise ValueError(f"session {session.dir} has no complete checkpoint to resume from")
         iteration, path = latest
@@ -384,7 +377,7 @@ class Trainer:
         return trainer
 
 
-def _latest_complete(session: Any) -> tuple[int, Path] | None:
+def latest_complete_checkpoint(session: Any) -> tuple[int, Path] | None:
     """The newest checkpoint whose trainer state was fully written (a kill can interrupt a save)."""
     for iteration, path in sorted(session.checkpoints(), reverse=True):
         if (Path(path) / STATE_FILE).exists():

@@ -8,7 +8,7 @@ produces `ActionSample`, the rollout assembles `Step`/`Episode`/`EpisodeGroup`, 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 EnvName = Literal["trap", "scienceworld"]
 """Which text environment: the pure-Python exploration trap, or the ScienceWorld simulator."""
@@ -30,8 +30,15 @@ Decoding = Literal["free", "constrained"]
 token by token to the prefix tree of the step's valid actions."""
 
 TipOrigin = Literal["generated", "manual", "imported"]
+"""Where a tip came from: written by the policy, added or edited by hand, or imported from JSONL."""
 
-UPDATE_MODES: tuple[UpdateMode, ...] = ("on-policy", "on-policy-with-tips", "off-policy")
+# Each choice set is written once, as the Literal above; these tuples are read from it.
+ENV_NAMES: tuple[EnvName, ...] = get_args(EnvName)
+SPLITS: tuple[Split, ...] = get_args(Split)
+UPDATE_MODES: tuple[UpdateMode, ...] = get_args(UpdateMode)
+"""In `rollout/update_mode` code order: 0 on-policy, 1 on-policy-with-tips, 2 off-policy."""
+DECODINGS: tuple[Decoding, ...] = get_args(Decoding)
+TIP_ORIGINS: tuple[TipOrigin, ...] = get_args(TipOrigin)
 
 
 def rollout_mode_of(update_mode: UpdateMode) -> RolloutMode:

@@ -53,13 +53,14 @@ from typing import Any
 import torch
 
 from empo2_studio.algorithm import clipped_surrogate_loss, kl_penalty, low_prob_mask
-from empo2_studio.config import AlgoConfig
+from empo2_studio.config import AlgoConfig, TrainConfig
 from empo2_studio.policy import Turn
 from empo2_studio.rollout import with_tips_message
 from empo2_studio.types import Episode, UpdateMode
 
-MAX_TRAIN_TOKENS = 4500
-"""Turns whose prompt + response exceed this many tokens are not trained on (recipe `max_train_length`)."""
+MAX_TRAIN_TOKENS = TrainConfig.max_train_tokens
+"""Turns whose prompt + response exceed this many tokens are not trained on (recipe `max_train_length`,
+4500; the run's value is `train.max_train_tokens`)."""
 
 @dataclass(frozen=True)
 class UpdateSettings:
@@ -68,9 +69,17 @@ class UpdateSettings:
     algo: AlgoConfig
     grad_clip: float = 1.0
     update_epochs: int = 1
-    micro_batch_episodes: int = 2
+    micro_batch_episodes: int = TrainConfig.micro_batch_episodes
     """Episodes scored per forward/backward; bounds activation memory (CPU laptops)."""
     max_train_tokens: int = MAX_TRAIN_TOKENS
+
+    @classmethod
+    def from_config(cls, algo: AlgoConfig, train: TrainConfig) -> UpdateSettings:
+        """The settings of a run: its `algo` section plus the optimiser knobs of its `train` section."""
+        return cls(
+            algo=algo, grad_clip=train.grad_clip, update_epochs=train.update_epochs,
+            micro_batch_episodes=train.micro_batch_episodes, max_train_tokens=train.max_train_tokens,
+        )  # fmt: skip
 
 
 def conversation(episode: Episode, update_mode: UpdateMode, *, n_turns: int | None = None) -> list[Turn]:
@@ -114,7 +123,7 @@ def policy_update(
     """Run `settings.update_epochs` optimizer passes over the episodes' turns.
 
     Args:
-        policy: an HFPolicy (`score`, `trainable_parameters`, `chat_format`; `model` when kl_coef > 0).
+        policy: a `Policy` (`score`, `trainable_parameters`, `chat_format`; `no_adapter` when kl_coef > 0).
         optimizer: AdamW over `policy.trainable_parameters()`.
         episodes: the played episodes (their steps carry the behaviour log-probs, sampled at
             `Episode.temperature`, which every re-score uses too).
@@ -234,7 +243,7 @@ def _tip_free_logps(policy: Any, chunk: list, mask: torch.Tensor) -> torch.Tenso
 
 def _kl_sum(policy: Any, chunk: list, update_mode: UpdateMode, logps, kept, a: AlgoConfig) -> torch.Tensor:
     """Summed k3 KL against the adapter-free base model on the same conversations (β·KL, paper Eq. 1)."""
-    with torch.no_grad(), policy.model.disable_adapter():
+    with torch.no_grad(), policy.no_adapter():
         scored = policy.score(
             [conversation(ep, update_mode, n_turns=k) for ep, _, k in chunk], temperature=_temperatures(chunk)
         )

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from empo2_studio.algorithm.advantages import group_advantages, token_advantages
+from empo2_studio.algorithm.advantages import group_advantages
 
 
 def test_hand_values_ddof1():
@@ -60,9 +60,3 @@ def test_bad_input_raises():
     with pytest.raises(ValueError, match="eps must be a finite number ≥ 0, got -1"):
         group_advantages(torch.tensor([[0.0, 1.0]]), eps=-1)
 
-
-def test_token_advantages_broadcast_to_masked_tokens():
-    out = token_advantages(torch.tensor([2.0, -1.0]), torch.tensor([[1, 1, 0], [1, 0, 0]]))
-    assert out.tolist() == [[2.0, 2.0, 0.0], [-1.0, 0.0, 0.0]]
-    with pytest.raises(ValueError):
-        token_advantages(torch.tensor([1.0]), torch.ones(2, 3))

@@ -1,3 +1,5 @@
+import json
+
 import pytest
 
 from empo2_studio.config import RunConfig
@@ -61,3 +63,35 @@ def test_importing_the_package_imports_no_torch():
     code = "import sys, empo2_studio, empo2_studio.types, empo2_studio.config; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_every_training_setting_is_in_config_json():
+    """The update's micro-batch size and length limit are run settings, recorded in config.json."""
+    from empo2_studio.config import TrainConfig
+    from empo2_studio.update import MAX_TRAIN_TOKENS, UpdateSettings
+
+    stored = json.loads(RunConfig().to_json())["train"]
+    assert stored["micro_batch_episodes"] == 2 and stored["max_train_tokens"] == 4500 == MAX_TRAIN_TOKENS
+    cfg = RunConfig().with_overrides(train={"micro_batch_episodes": 1, "max_train_tokens": 900})
+    settings = UpdateSettings.from_config(cfg.algo, cfg.train)
+    assert (settings.micro_batch_episodes, settings.max_train_tokens) == (1, 900)
+    assert RunConfig.from_json(cfg.to_json()) == cfg
+    assert RunConfig.from_dict({"train": {"iterations": 3}}).train.max_train_tokens == TrainConfig().max_train_tokens
+    for name in ("micro_batch_episodes", "max_train_tokens"):
+        with pytest.raises(ValueError, match=f"train.{name} must be a positive integer"):
+            RunConfig().with_overrides(train={name: 0}).validate()
+
+
+def test_choice_sets_are_read_from_their_literal():
+    from typing import get_args, get_type_hints
+
+    from empo2_studio import config, types
+
+    for cls, field_name, choices in [
+        (config.EnvConfig, "name", types.ENV_NAMES), (config.PolicyConfig, "quantization", config.QUANTIZATIONS),
+        (config.PolicyConfig, "decoding", types.DECODINGS), (config.PolicyConfig, "device", config.DEVICES),
+        (config.MemoryConfig, "embedder", config.EMBEDDER_NAMES), (config.AlgoConfig, "loss_agg", config.LOSS_AGGS),
+        (config.AlgoConfig, "low_prob_mask", config.LOW_PROB_RULES),
+    ]:  # fmt: skip
+        assert get_args(get_type_hints(cls)[field_name]) == choices
+    assert types.UPDATE_MODES == ("on-policy", "on-policy-with-tips", "off-policy")  # metric codes 0, 1, 2

@@ -2,7 +2,7 @@
 surrogate (on-policy and off-policy distillation), the low-probability mask, the KL term, the
 update-mode schedule and the novelty reward. Nothing here touches a model, an optimizer or a file."""
 
-from empo2_studio.algorithm.advantages import group_advantages, token_advantages
+from empo2_studio.algorithm.advantages import group_advantages
 from empo2_studio.algorithm.losses import (
     LOSS_AGGS,
     LOW_PROB_RULES,
@@ -26,5 +26,4 @@ __all__ = [
     "group_advantages",
     "kl_penalty",
     "low_prob_mask",
-    "token_advantages",
 ]

@@ -3,7 +3,7 @@
 Each episode's return R is compared with the other episodes of its group (the N episodes played on the
 same task variation in the same iteration): A = (R − mean_group) / (std_group + ε), with the sample
 standard deviation (ddof = 1), as in the authors' recipe. Every token of every turn of an episode is then
-trained with that one advantage (`token_advantages`).
+trained with that one advantage (broadcast by `losses.clipped_surrogate_loss`).
 
 Departure from a naive formula: a group whose returns are all equal carries no learning signal, and its
 advantages are set to exactly 0. "Equal" allows float residue: returns are sums of rewards, and a sum
@@ -60,22 +60,3 @@ def group_advantages(returns: Tensor, eps: float = 1e-6) -> Tensor:
     adv = torch.where(constant, torch.zeros_like(adv), adv)
     return adv.to(returns.dtype) if returns.is_floating_point() else adv.to(torch.float32)
 
-
-def token_advantages(adv_per_seq: Tensor, loss_mask: Tensor) -> Tensor:
-    """Broadcast one advantage per sequence (a turn's response) to its tokens.
-
-    Args:
-        adv_per_seq: (B,) the advantage of the episode each row (turn) belongs to.
-        loss_mask: (B, T) 1/True on response tokens that are trained, 0/False on prompt or padding.
-
-    Returns:
-        (B, T) float tensor: `adv_per_seq[b]` on the masked-in tokens of row b, 0 elsewhere.
-
-    Raises:
-        ValueError: if the shapes disagree.
-    """
-    if adv_per_seq.dim() != 1 or loss_mask.dim() != 2 or adv_per_seq.shape[0] != loss_mask.shape[0]:
-        raise ValueError(
-            f"need adv_per_seq (B,) and loss_mask (B, T), got {tuple(adv_per_seq.shape)} and {tuple(loss_mask.shape)}"
-        )
-    return adv_per_seq[:, None].to(torch.float32) * loss_mask.to(torch.float32)

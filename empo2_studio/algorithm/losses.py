@@ -25,12 +25,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-LOSS_AGGS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
-"""Valid `loss_agg` values: mean over all valid tokens of the batch (verl default, paper); mean over
-rows of each row's token mean; mean over rows of each row's token sum."""
-
-LOW_PROB_RULES = ("per-token", "per-sequence", "off")
-"""Valid `rule` values of `low_prob_mask`."""
+from empo2_studio.config import LOSS_AGGS, LOW_PROB_RULES  # the valid `loss_agg` / `rule` values
 
 _MAX_LOG_RATIO = 20.0
 """Log-ratios are clamped to ±20 before exp: e^20 ≈ 5e8 is already far outside every clip, and an

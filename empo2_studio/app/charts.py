@@ -10,6 +10,8 @@ from typing import Iterable, Mapping, Sequence
 
 import plotly.graph_objects as go
 
+from empo2_studio.types import UPDATE_MODES
+
 SIDE_COLOURS = {"naive": "#6b7280", "memory": "#2563eb"}
 MODE_COLOURS = {"on-policy": "#6b7280", "on-policy-with-tips": "#16a34a", "off-policy": "#2563eb"}
 
@@ -77,7 +79,7 @@ def metrics_figure(rows: Sequence[Mapping[str, object]], keys: Sequence[str], ti
     return _layout(fig, title, "iteration", "")
 
 
-MODE_NAMES = ("on-policy", "on-policy-with-tips", "off-policy")
+MODE_NAMES = UPDATE_MODES
 """`rollout/update_mode` codes of the trainer's metrics rows: 0, 1, 2."""
 
 

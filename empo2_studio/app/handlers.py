@@ -289,8 +289,10 @@ def start_distill(studio: Any, run_id: str, episode_ids: Sequence[str] | None) -
 # ---- Adapt tab ------------------------------------------------------------------------------------
 def unseen_tasks(studio: Any, run_id: str) -> list[str]:
     """Tasks of the session's env other than the one it trains on."""
+    from empo2_studio.envs import unseen_tasks as unseen
+
     cfg = studio.session(run_id).config
-    return [t for t in studio.meta_env(cfg.env.name).task_names() if t != cfg.env.task]
+    return unseen(studio.meta_env(cfg.env.name).task_names(), cfg.env)
 
 
 @user_errors

@@ -19,6 +19,8 @@ from empo2_studio.app import race_tab as rc
 from empo2_studio.app import sessions_tab as s
 from empo2_studio.app import tips_handlers as t
 from empo2_studio.app.render import progress_html
+from empo2_studio.config import LOW_PROB_RULES
+from empo2_studio.types import ENV_NAMES
 
 POLL_S = 0.5
 
@@ -98,7 +100,7 @@ def _session_refresh(studio: Any, rid: str, ep: dict, tr: dict, ad: dict) -> lis
 def _episodes_tab(studio: Any, run_id: gr.State) -> dict[str, Any]:
     env_default = studio.session(studio.default_run_id).config.env.name
     with gr.Row():
-        env = gr.Radio(["trap", "scienceworld"], value=env_default, label="Environment", elem_id="ep-env")
+        env = gr.Radio(list(ENV_NAMES), value=env_default, label="Environment", elem_id="ep-env")
         task = gr.Dropdown(label="Task", choices=[], elem_id="ep-task", scale=2)
         split = gr.Radio(list(h.SPLITS), value="train", label="Split", elem_id="ep-split")
         variation = gr.Dropdown(label="Variation (split)", choices=[], elem_id="ep-variation")
@@ -159,7 +161,7 @@ def _train_tab(studio: Any, run_id: gr.State) -> dict[str, Any]:
         lora_alpha = gr.Number(label="LoRA alpha", precision=0, elem_id="tr-lora-alpha")
     with gr.Row():
         lr = gr.Number(label="Learning rate", elem_id="tr-lr")
-        mask = gr.Dropdown(["per-token", "per-sequence", "off"], label="Low-prob masking rule", elem_id="tr-mask")
+        mask = gr.Dropdown(list(LOW_PROB_RULES), label="Low-prob masking rule", elem_id="tr-mask")
         delta = gr.Number(label="δ (log-prob threshold ≤ 0)", elem_id="tr-delta")
         intrinsic = gr.Number(label="Intrinsic reward coef", elem_id="tr-intrinsic")
         iterations = gr.Number(label="Iterations", precision=0, elem_id="tr-iterations")

@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from empo2_studio.app.jobs import Job, JobRegistry
-from empo2_studio.config import EnvConfig, RunConfig
+from empo2_studio.config import EMBEDDER_NAMES, EnvConfig, RunConfig
+from empo2_studio.types import ENV_NAMES
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +34,7 @@ DEFAULT_TASKS = {"trap": "trap-light-bulb", "scienceworld": "power-component"}
 """Task of a new session per env (power-component: the task of the authors' released config)."""
 
 POLICY_CHOICES = ("real", "tiny")
-EMBEDDER_CHOICES = ("minilm", "hash")
+EMBEDDER_CHOICES = EMBEDDER_NAMES
 
 
 class Studio:
@@ -67,8 +68,8 @@ class Studio:
         self.root = Path(sessions_root)
         self.root.mkdir(parents=True, exist_ok=True)
         env = env or "scienceworld"
-        if env not in ("trap", "scienceworld"):
-            raise ValueError(f"env must be one of ['trap', 'scienceworld'], got {env!r}")
+        if env not in ENV_NAMES:
+            raise ValueError(f"env must be one of {list(ENV_NAMES)}, got {env!r}")
         self.env_name = env
         policy = policy if policy is not None else os.environ.get("EMPO2_STUDIO_TEST_POLICY", "real")
         embedder = embedder if embedder is not None else os.environ.get("EMPO2_STUDIO_TEST_EMBEDDER") or None
@@ -90,6 +91,7 @@ class Studio:
         self._stores: dict[str, Any] = {}
         self._trainers: dict[str, Any] = {}
         self._meta_envs: dict[str, Any] = {}
+        self._pools: dict[str, Any] = {}
         self._config = config
         self.loaded_adapter: str | None = None
         """Which adapter the shared policy holds now: None (fresh/base), or "run_id:iteration"."""
@@ -234,6 +236,19 @@ class Studio:
             self._meta_envs.clear()
             for trainer in self._trainers.values():
                 trainer.close()
+            for pool in self._pools.values():
+                pool.close()
+            self._pools.clear()
+
+    def env_pool(self, run_id: str) -> Any:
+        """The session's env pool (its env config), shared by its trainer and adaptation runs, so a
+        ScienceWorld session keeps one group of JVMs however often its trainer is rebuilt."""
+        with self._lock:
+            if run_id not in self._pools:
+                from empo2_studio.envs import EnvPool
+
+                self._pools[run_id] = EnvPool(self.session(run_id).config.env)
+            return self._pools[run_id]
 
     # ---- model-side helpers used by the job bodies (call with jobs.model_lock held) --------------
     def episode_envs(self, run_id: str, name: str) -> list[Any]:
@@ -266,7 +281,7 @@ class Studio:
 
             session = self.session(run_id)
             self.check_compatible(session.config)
-            kw = {"policy": policy, "embedder": embedder}
+            kw = {"policy": policy, "embedder": embedder, "envs": self.env_pool(run_id)}
             if session.latest_checkpoint() is not None:
                 trainer = Trainer.resume(session, **kw)
             else:
@@ -283,19 +298,18 @@ class Studio:
         one this process loaded (they are fixed per studio process)."""
         self.session(self.default_run_id).check_compatible(cfg)
 
-    def use_checkpoint(self, run_id: str, checkpoint: str | None) -> None:
-        """Put the weights an episode should play with into the shared policy.
+    def use_checkpoint(self, run_id: str, checkpoint: str | None) -> int:
+        """Put the weights an episode should play with into the shared policy; returns their iteration.
 
-        `checkpoint` None / "" / "current": the session trainer's weights (or the fresh policy when the
-        session has no trainer yet); otherwise a checkpoint folder of the session. Before other
+        `checkpoint` None / "" / "current": the session trainer's weights (the trainer is built, from
+        its latest checkpoint or the fresh adapter, when it is not live: the policy never plays with
+        another session's weights); otherwise a checkpoint folder of the session. Before other
         weights are loaded, the trainer's unsaved progress is saved as a checkpoint, and the trainer
         is rebuilt from its latest checkpoint the next time it is needed, so nothing trained is lost.
         """
         if not checkpoint or checkpoint == "current":
-            if run_id in self._trainers and self.loaded_adapter != f"{run_id}:trainer":
-                self.trainer(run_id)
-            return
-        paths = {str(p): p for _, p in self.session(run_id).checkpoints()}
+            return self.trainer(run_id).iteration
+        paths = {str(p): i for i, p in self.session(run_id).checkpoints()}
         if checkpoint not in paths:
             raise ValueError(f"unknown checkpoint {checkpoint!r} of session {run_id!r}; valid: {sorted(paths)}")
         policy = self.policy()  # before `_lock` (lock order, see __init__)
@@ -303,6 +317,7 @@ class Studio:
             self._retire_live_trainer()
             policy.load_adapter(checkpoint)
             self.loaded_adapter = f"{run_id}:{checkpoint}"
+        return paths[checkpoint]
 
     def fresh_policy(self) -> Any:
         """The shared policy with the untrained adapter loaded, for work outside the session trainers

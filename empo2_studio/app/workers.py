@@ -125,14 +125,16 @@ def _no_signal_note(metrics: dict, whose: str) -> str:
 
 
 def adapt(studio: Any, job: Job, *, run_id: str, checkpoint: str | None, task: str, trials: int) -> list[dict]:
-    """Trial 0 without memory, then `trials` memory trials on an unseen task with frozen weights;
-    records the adapter checksum before and after (equal = weights untouched).
+    """Trial 0 without memory, then `trials` memory trials on an unseen task with frozen weights
+    (`evaluation.adapt`); records the adapter checksum before and after (equal = weights untouched).
 
     `job.data`: "trials" → the per-trial rows (`adapt/trial`, `adapt/score_mean`, …);
     "checksum_before"/"checksum_after". A stop request ends the run at the next trial boundary.
     """
-    trainer = studio.trainer(run_id)
-    studio.use_checkpoint(run_id, checkpoint)  # may retire `trainer` (saved first); it still plays
+    from empo2_studio import evaluation
+
+    session = studio.session(run_id)
+    iteration = studio.use_checkpoint(run_id, checkpoint)
     before = studio.adapter_checksum()
     job.update(checksum_before=before, message=f"trial 0 of {trials} (no-memory baseline)")
 
@@ -140,20 +142,12 @@ def adapt(studio: Any, job: Job, *, run_id: str, checkpoint: str | None, task: s
         job.append("trials", dict(row))
         done = len(job.data["trials"])
         job.update(progress=done / (trials + 1), message=f"trial {done - 1} of {trials} done")
-        if job.stop_requested:
-            raise _Stopped()
 
-    try:
-        result = trainer.adapt(task, trials=trials, on_trial=on_trial)
-    except _Stopped:
-        result = job.snapshot().get("trials", [])
+    result = evaluation.adapt(
+        studio.policy(), studio.env_pool(run_id), studio.store(run_id), session.config, session, task,
+        iteration=iteration, trials=trials, on_trial=on_trial, stop=job.stop_event,
+    )  # fmt: skip
     after = studio.adapter_checksum()
-    if studio.current_trainer(run_id) is not trainer:
-        trainer.close()  # retired by use_checkpoint: release the envs it reopened
     verdict = "weights untouched" if after == before else "WEIGHTS CHANGED"
     job.update(checksum_after=after, message=f"{verdict} · adapter checksum {after[:12]}")
     return result
-
-
-class _Stopped(Exception):
-    """Raised from a callback to end an adaptation run early at a trial boundary."""

@@ -6,6 +6,7 @@ Two implementations: `TrapEnv` (pure Python exploration trap, milliseconds per s
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from empo2_studio.types import Observation, Split, StepResult
@@ -90,6 +91,41 @@ def make_env(cfg: EnvConfig) -> TextEnv:
             f"unknown {cfg.name} task {cfg.task!r}; valid tasks: {', '.join(env.task_names())}"
         )
     return env
+
+
+class EnvPool:
+    """Env instances of one `EnvConfig`, made on demand and kept alive (reused across groups) until
+    `close`: one per member of a lock-step group. The trainer, evaluation and adaptation share one."""
+
+    def __init__(self, cfg: EnvConfig) -> None:
+        self.cfg = cfg
+        self._envs: list[TextEnv] = []
+
+    def take(self, n: int) -> list[TextEnv]:
+        """The first `n` instances, creating the missing ones."""
+        while len(self._envs) < n:
+            self._envs.append(make_env(self.cfg))
+        return self._envs[:n]
+
+    def close(self) -> None:
+        """Release every instance (JVMs for ScienceWorld); a later `take` makes new ones. Idempotent."""
+        for env in self._envs:
+            env.close()
+        self._envs = []
+
+
+def unseen_tasks(known: Sequence[str], trained: EnvConfig) -> list[str]:
+    """The tasks of `known` other than the one a run of `trained` trains on (adaptation targets)."""
+    return [t for t in known if t != trained.task]
+
+
+def check_unseen_task(task: str, known: Sequence[str], trained: EnvConfig) -> None:
+    """Raise ValueError unless `task` is one of `known` and not the task a run of `trained` trained on
+    (the one check adaptation makes, in the CLI before a model loads and in `evaluation.adapt`)."""
+    if task not in known:
+        raise ValueError(f"unknown task {task!r} for env {trained.name!r}; valid: {', '.join(known)}")
+    if task == trained.task:
+        raise ValueError(f"{task!r} is the task the run trained on; adaptation needs a task it was not trained on")
 
 
 def __getattr__(name: str):

@@ -17,6 +17,9 @@ Focusing on anything but the target sets the score to −100 and ends the episod
 
 Variations: per task 48 distinct layouts (target room × target colour/animal × decoy placement),
 shuffled once with a fixed seed; indices 0–23 are train, 24–35 dev, 36–47 test (disjoint).
+
+Over 400 lines because the world (rooms, objects, three tasks), its layouts and its curated tips are
+one table-driven definition.
 """
 
 from __future__ import annotations

@@ -19,12 +19,12 @@ import functools
 import hashlib
 import os
 import re
-from typing import Any, Literal, Protocol, Sequence
+from typing import Any, Protocol, Sequence
 
 import numpy as np
 
-EmbedderName = Literal["minilm", "hash"]
-EMBEDDER_NAMES: tuple[str, ...] = ("minilm", "hash")
+from empo2_studio.config import EMBEDDER_NAMES, EmbedderName  # noqa: F401  (re-exported)
+
 HASH_DIM = 256
 """Dimension of the hash embedder (smaller than MiniLM's 384 so a mix-up is caught by the dim check too)."""
 

@@ -40,7 +40,7 @@ from typing import Any, Iterable
 from lancedb.expr import Expr, col, lit
 from lancedb.pydantic import LanceModel, Vector
 
-from empo2_studio.types import Tip
+from empo2_studio.types import TIP_ORIGINS, Tip
 
 MAX_TIP_CHARS = 2000
 """Longest accepted tip text (a generated entry is tip ≤ 100 words + the step's action + score)."""
@@ -48,7 +48,7 @@ MAX_KEY_CHARS = 200_000
 """Longest accepted key text (a whole episode conversation)."""
 MAX_NAME_CHARS = 200
 """Longest task name / source episode id."""
-ORIGINS: tuple[str, ...] = ("generated", "manual", "imported")
+ORIGINS = TIP_ORIGINS
 EMBEDDER_FILE = "embedder.json"
 """Sidecar in the store directory: which embedders built the vectors, from which table version on."""
 _ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")

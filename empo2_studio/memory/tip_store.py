@@ -31,6 +31,10 @@ writes or duplicates; reads check for the newest table version on every call.
 Filters are built with `lancedb.expr` (`col(...) == lit(...)`), which quotes values, so a value such
 as "x' OR '1'='1" can only ever match itself. Every public method validates its arguments first
 and raises ValueError / KeyError with the table unchanged.
+
+Over 400 lines because the store is one concept with one lock and one version check around the
+table: retrieval, curation (edit, bulk, versions, restore), JSONL import/export and re-embedding all
+read and write the same in-RAM partition cache; the row format and its checks are in records.py.
 """
 
 from __future__ import annotations

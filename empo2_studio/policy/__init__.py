@@ -16,12 +16,15 @@ log-probs at T = 1 (`logprob_temperature`). The temperature of every episode is 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Protocol, Sequence
 
 from empo2_studio.types import ActionSample, Decoding
 
 if TYPE_CHECKING:  # torch is imported only by the implementation
     import torch
+
+    from empo2_studio.policy.tokens import ChatFormat
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +68,12 @@ class Policy(Protocol):
     """"free" or "constrained" (see types.Decoding)."""
     version: str
     """"base" or the name of the loaded adapter / checkpoint."""
+    generator: torch.Generator
+    """The sampler's random generator; `rollout.seed_policy` seeds it (sampling never reads torch's
+    global RNG)."""
+    chat_format: ChatFormat
+    """How turns become token ids (`packed`, `conversation_ids`, `turn_prompt_ids`); the update counts
+    the length limit with it."""
 
     def sample(self, requests: Sequence[ActionRequest], *, temperature: float) -> list[ActionSample]:
         """Sample the next action for every request in one batched call.
@@ -101,6 +110,10 @@ class Policy(Protocol):
     ) -> list[str]:
         """Let the policy summarise each finished conversation in one line (the reflection step).
         `keys`: the episodes' sampling keys, so a kept KV cache is reused (then dropped)."""
+        ...
+
+    def no_adapter(self) -> AbstractContextManager[None]:
+        """Inside this context the policy scores with the adapter-free base model (the KL reference)."""
         ...
 
     def trainable_parameters(self) -> list[Any]:

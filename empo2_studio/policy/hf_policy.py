@@ -23,9 +23,8 @@ import torch
 from empo2_studio.policy import ActionRequest, Turn, logprob_temperature
 from empo2_studio.policy.sampling import CachedSampler
 from empo2_studio.policy.tokens import ActionTrie, ChatFormat
-from empo2_studio.types import ActionSample
+from empo2_studio.types import DECODINGS, ActionSample
 
-DECODINGS = ("free", "constrained")
 _NEWLINE_CACHE: dict[tuple[str, int], tuple[frozenset[int], frozenset[int]]] = {}
 
 
@@ -267,6 +266,10 @@ class HFPolicy:
         return [self.tokenizer.decode(ids, skip_special_tokens=True).strip() for ids, _ in results]
 
     # ---------------------------------------------------------------- adapter
+
+    def no_adapter(self) -> Any:
+        """Score with the adapter-free base model inside this context (PEFT's `disable_adapter`)."""
+        return self.model.disable_adapter()
 
     def trainable_parameters(self) -> list[torch.nn.Parameter]:
         """The LoRA parameters (requires_grad=True); the base weights are frozen."""

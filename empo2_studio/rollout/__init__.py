@@ -2,7 +2,8 @@
 
 `play_group` plays the N episodes of one task variation together (one batched sample call per step);
 `play_side_by_side` plays a naive and a memory episode at once for the studio; `write_group_tips` lets
-the policy summarise finished episodes into the tip memory; `draw_update_mode` (from
+the policy summarise finished episodes into the tip memory; `summary` defines an episode's return,
+the score/success means and the per-iteration sampling seed; `draw_update_mode` (from
 `algorithm.schedule`) picks an iteration's update mode with the paper's p and q.
 """
 
@@ -16,14 +17,19 @@ from empo2_studio.rollout.episodes import (
     with_tips_message,
     write_group_tips,
 )
+from empo2_studio.rollout.summary import episode_return, mean_score, sampling_seed, success_rate
 
 __all__ = [
     "Timings",
     "draw_update_mode",
+    "episode_return",
     "key_text",
+    "mean_score",
     "play_group",
     "play_side_by_side",
+    "sampling_seed",
     "seed_policy",
+    "success_rate",
     "with_tips_message",
     "write_group_tips",
 ]

@@ -1,0 +1,34 @@
+"""What played episodes add up to, defined once for training, evaluation, adaptation and the lesson.
+
+- `episode_return`: the R that GRPO advantages compare, extrinsic return plus the scaled novelty bonus
+  (paper §4.3; the recipe's merged code drops the bonus, this project keeps it);
+- `mean_score` / `success_rate`: the `*/score_mean` and `*/success_rate` metrics;
+- `sampling_seed`: the sampler seed of one iteration or trial of a run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from empo2_studio.types import Episode
+
+
+def episode_return(episode: Episode, intrinsic_coef: float) -> float:
+    """R = extrinsic return + intrinsic_coef × Σ per-step novelty bonuses."""
+    return episode.return_ + intrinsic_coef * sum(s.intrinsic_reward for s in episode.steps)
+
+
+def mean_score(episodes: Sequence[Episode]) -> float:
+    """Mean final score (−100 … 100) of `episodes` (non-empty)."""
+    return sum(ep.score for ep in episodes) / len(episodes)
+
+
+def success_rate(episodes: Sequence[Episode]) -> float:
+    """Fraction of `episodes` (non-empty) that reached 100."""
+    return sum(ep.won for ep in episodes) / len(episodes)
+
+
+def sampling_seed(run_seed: int, salt: int) -> int:
+    """The sampler seed of one iteration / trial / variation `salt` of a run seeded `run_seed`: distinct
+    per (run seed, salt) for salts below 1,000,003, so a resumed run replays an iteration."""
+    return run_seed * 1_000_003 + salt
