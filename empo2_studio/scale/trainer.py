@@ -40,8 +40,14 @@ from empo2_studio.trainer import STATE_FILE, Trainer
 from empo2_studio.types import UPDATE_MODES, IterationReport, UpdateMode
 from empo2_studio.update import policy_update
 
-GROUP_SEED_STRIDE = 2**32
-"""Group g of an iteration seeds its sampler with the one-process seed + g × this."""
+GROUP_SEED_MIX = 0x9E3779B1
+"""Group g of an iteration seeds its sampler with (one-process seed) XOR (g × this) mod 2³²: torch's
+CPU generator keeps only the low 32 bits of a seed, so an offset of g × 2³² would replay group 0."""
+
+
+def group_seed(run_seed: int, iteration: int, group: int) -> int:
+    """The sampler seed of group `group` of `iteration` (group 0: the one-process trainer's seed)."""
+    return ((run_seed * 1_000_003 + iteration) ^ (group * GROUP_SEED_MIX)) % 2**32
 
 
 class ReadOnlySession:
@@ -144,7 +150,7 @@ class DistributedTrainer(Trainer):
         timings = Timings()
         groups = []
         for g in mine:
-            seed_policy(self.policy, self.cfg.seed * 1_000_003 + self.iteration + g * GROUP_SEED_STRIDE)
+            seed_policy(self.policy, group_seed(self.cfg.seed, self.iteration, g))
             groups.append(self._play_training_group(variations[g], mode, timings))
         episodes = [ep for grp in groups for ep in grp]
         advantages = self._advantages(groups) if groups else []
