@@ -54,7 +54,12 @@ def run_train_distributed(cmd: Any) -> int:
             if error:
                 raise cli.UsageError(error)
             session = Session.open(cli._root(cmd.sessions_dir), run_id)
-            trainer = DistributedTrainer(session.config, session, ctx=ctx)
+            try:
+                trainer = DistributedTrainer(session.config, session, ctx=ctx)
+            except ValueError as e:  # the config names something the model lacks: as `run_train`
+                if ctx.is_main:
+                    cli._discard_new_session(session)
+                raise cli.UsageError(cli._message(e)) from None
             if ctx.is_main:
                 print(f"session {session.run_id} in {session.dir} ({ctx.world_size} processes, {ctx.backend})", file=sys.stderr)
             todo = session.config.train.iterations
