@@ -96,7 +96,7 @@ def test_sample_sends_the_local_prompt_ids_and_returns_ids_and_behaviour_logprob
         assert body["model"] == free_policy.base_model_name and body["temperature"] == 0.7
         assert body["max_tokens"] == free_policy.max_action_tokens and body["logprobs"] == 1
         assert body["return_tokens_as_token_ids"] is True and body["stop"] == ["\n"]
-    assert policy.version == "base" and policy.decoding == "free"
+    assert policy.version == free_policy.base_model_name and policy.decoding == "free"
 
 
 def test_publish_adapter_loads_it_on_every_server_and_later_requests_name_it(free_policy, stand_in, tmp_path):
@@ -161,3 +161,36 @@ def test_the_update_uses_server_logprobs_as_old_and_local_scores_as_current(free
     assert m["ratio/max"] == pytest.approx(float(ratios.max()), rel=1e-4)
     assert m["ratio/min"] == pytest.approx(float(ratios.min()), rel=1e-4)
     assert not math.isclose(m["ratio/mean"], 1.0, abs_tol=1e-2)
+
+
+def test_the_trainer_serves_its_starting_adapter_then_each_update(free_policy, stand_in, tmp_path):
+    """One process (world size 1) with the vLLM sampler: the servers load the starting adapter before the
+    first rollout and a new one after every update; episodes record the adapter that sampled them."""
+    from empo2_studio.config import MemoryConfig, PolicyConfig, RolloutConfig, RunConfig, ScaleConfig
+    from empo2_studio.memory import make_embedder
+    from empo2_studio.scale.dist import DistContext
+    from empo2_studio.scale.trainer import DistributedTrainer
+    from empo2_studio.sessions import Session
+
+    cfg = RunConfig(
+        run_id="v", env=EnvConfig(name="trap", variations=(0,), step_limit=2), policy=PolicyConfig(decoding="free"),
+        memory=MemoryConfig(embedder="hash"), rollout=RolloutConfig(group_size=2, forced_mode="on-policy"),
+        scale=ScaleConfig(sampler="vllm", vllm_urls=(stand_in.url,)),
+    )  # fmt: skip
+    session = Session.create(tmp_path, cfg)
+    ctx = DistContext(rank=0, world_size=1, device=torch.device("cpu"), backend="none")
+    trainer = DistributedTrainer(cfg, session, ctx=ctx, policy=VLLMPolicy(free_policy, [stand_in.url]),
+                                 embedder=make_embedder("hash"))  # fmt: skip
+    loads = [b["lora_name"] for p, b in stand_in.calls if p == "/v1/load_lora_adapter"]
+    assert len(loads) == 1 and loads[0].startswith("v-it000000-")
+    assert (session.dir / "served" / loads[0] / "adapter_config.json").is_file()
+    report = trainer.step()
+    calls = stand_in.calls
+    completions = [b["model"] for p, b in calls if p == "/v1/completions"]
+    assert completions and set(completions) == {loads[0]}  # every rollout and tip request named it
+    loads = [b["lora_name"] for p, b in calls if p == "/v1/load_lora_adapter"]
+    assert len(loads) == 2 and loads[1].startswith("v-it000001-")
+    assert [b["lora_name"] for p, b in calls if p == "/v1/unload_lora_adapter"] == [loads[0]]
+    episodes = session.episodes(list(report.episode_ids))
+    assert {ep.policy_version for ep in episodes} == {loads[0]} and trainer.policy.version == loads[1]
+    trainer.close()

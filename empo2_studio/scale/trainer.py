@@ -25,6 +25,7 @@ from __future__ import annotations
 import pickle
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -118,6 +119,7 @@ class DistributedTrainer(Trainer):
         self.sync = GradSync(ctx)
         self.settings = replace(self.settings, sync=self.sync)
         self._pool: Any = None
+        self._publish_adapter()  # vLLM: the servers start from the weights the local model starts from
 
     # ---- resources ---------------------------------------------------------------------------
     def envs(self, n: int) -> list[Any]:
@@ -184,7 +186,8 @@ class DistributedTrainer(Trainer):
         then samples with that adapter version (no-op for the local sampler)."""
         if not hasattr(self.policy, "publish_adapter"):
             return
-        name = f"{self.session.run_id}-it{self.iteration:06d}"
+        # A fresh name every time (a resumed run re-publishes an iteration a server may still hold).
+        name = self.ctx.broadcast(f"{self.session.run_id}-it{self.iteration:06d}-{uuid.uuid4().hex[:6]}")
         path = self.session.dir / "served" / name
         if self.ctx.is_main:
             self.policy.save_adapter(str(path))
@@ -245,4 +248,5 @@ class DistributedTrainer(Trainer):
         if len(ranks) != ctx.world_size:
             raise ValueError(f"the checkpoint was written by {len(ranks)} process(es); resume it with {len(ranks)}, not {ctx.world_size}")
         trainer._novelty = pickle.loads(ranks[ctx.rank])
+        trainer._publish_adapter()  # vLLM: serve the checkpoint's adapter
         return trainer

@@ -73,7 +73,8 @@ class VLLMPolicy:
         self.model_name = served_model or local.base_model_name
         self.base_name = self.model_name
         self.client = client or httpx.Client(timeout=timeout)
-        self.version = local.version
+        self.version = self.model_name
+        """The served model or adapter name the next samples come from (recorded as `policy_version`)."""
 
     def __getattr__(self, name: str) -> Any:  # model, tokenizer, chat_format, generator, score, ...
         return getattr(self.local, name)
