@@ -177,6 +177,16 @@ def run_app(cmd: AppCmd) -> int:
 
 
 def run_train(cmd: TrainCmd) -> int:
+    from empo2_studio.scale import check_launch, needs_scale_path  # stdlib only
+
+    if needs_scale_path(cmd.run):  # several processes (torchrun / accelerate launch), vLLM or Ray
+        from empo2_studio.scale.launch import run_train_distributed
+
+        return run_train_distributed(cmd, sys.modules[__name__])
+    try:
+        check_launch(cmd.run, 1, resuming=bool(cmd.resume))  # a multi-process run needs its launcher
+    except ValueError as e:
+        raise UsageError(str(e)) from None
     if cmd.resume:
         session = _open(cmd.resume, cmd.sessions_dir)
         _refuse_config_change(session, cmd.run)

@@ -169,6 +169,21 @@ class TrainConfig:
 
 
 @dataclass(frozen=True)
+class ScaleConfig:
+    processes: int = 1
+    """Data-parallel training processes (one per device), as launched by torchrun / accelerate launch
+    (`WORLD_SIZE`); 1 = the single-process path. Filled in from the launcher when a run is created."""
+    sampler: Literal["hf", "vllm"] = "hf"
+    """Who samples rollout actions: the local HF model, or vLLM servers (`vllm_urls`, free decoding only)."""
+    vllm_urls: tuple[str, ...] = ()
+    """Base URLs of OpenAI-compatible vLLM servers (e.g. http://127.0.0.1:8000), used with sampler vllm."""
+    env_pool: Literal["local", "ray"] = "local"
+    """Env instances in this process, or one Ray worker process per env instance (`empo2-studio[scale]`)."""
+    ray_address: str = ""
+    """Ray cluster to join ("" = start a local Ray with this machine's CPUs)."""
+
+
+@dataclass(frozen=True)
 class RunConfig:
     run_id: str = ""
     """Session folder name under sessions/ ("" = generated from time and task)."""
@@ -180,6 +195,7 @@ class RunConfig:
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     algo: AlgoConfig = field(default_factory=AlgoConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    scale: ScaleConfig = field(default_factory=ScaleConfig)
 
     def validate(self) -> RunConfig:
         """Return self, or raise ValueError naming the first bad value and what is allowed."""
@@ -236,6 +252,15 @@ class RunConfig:
         _positive("train.checkpoint_every", t.checkpoint_every)
         _positive("train.eval_variations", t.eval_variations)
         _positive("train.eval_repeats", t.eval_repeats)
+        sc = self.scale
+        _positive("scale.processes", sc.processes)
+        _choice("scale.sampler", sc.sampler, ("hf", "vllm"))
+        _choice("scale.env_pool", sc.env_pool, ("local", "ray"))
+        if sc.sampler == "vllm" and not sc.vllm_urls:
+            raise ValueError("scale.sampler 'vllm' needs at least one server in scale.vllm_urls, got none")
+        for url in sc.vllm_urls:
+            if not (isinstance(url, str) and url.startswith(("http://", "https://"))):
+                raise ValueError(f"scale.vllm_urls entries must be http(s):// URLs, got {url!r}")
         return self
 
     def to_json(self) -> str:

@@ -72,6 +72,9 @@ class UpdateSettings:
     micro_batch_episodes: int = TrainConfig.micro_batch_episodes
     """Episodes scored per forward/backward; bounds activation memory (CPU laptops)."""
     max_train_tokens: int = MAX_TRAIN_TOKENS
+    sync: Any = None
+    """Data parallelism (`scale.sync.GradSync`): sums counts, metrics and gradients over the ranks so
+    the gradient is divided by the *global* normaliser; None = one process."""
 
     @classmethod
     def from_config(cls, algo: AlgoConfig, train: TrainConfig) -> UpdateSettings:
@@ -149,7 +152,11 @@ def policy_update(
         "time/backward": 0.0,
         "guard/skipped": 0.0,
     }
-    if not items or (all(a == 0.0 for _, a, _ in items) and settings.algo.kl_coef == 0.0):
+    signal = bool(items) and (any(a != 0.0 for _, a, _ in items) or settings.algo.kl_coef != 0.0)
+    if settings.sync is not None:  # every rank must agree, or the collectives of one pass would hang
+        signal = settings.sync.any(signal)
+        metrics["train/dropped_turns"] = settings.sync.sum(metrics["train/dropped_turns"])
+    if not signal:
         # Every advantage is 0 (all returns equal): the loss is identically 0, nothing to learn.
         metrics.update({"loss/policy": 0.0, "loss/kl": 0.0, "mask/low_prob_frac": 0.0, "train/turns": 0.0})
         metrics.update({"train/tokens": 0.0, "grad/norm": 0.0, "train/no_signal": 1.0})
@@ -194,6 +201,8 @@ def _one_pass(
         sums.add(m, kept, mask, a.loss_agg, float(loss.detach()), float(kl.detach()))
     t0 = time.perf_counter()
     grad_norm = float("nan")
+    if settings.sync is not None:  # global counts, metric sums and gradient sums (same on every rank)
+        finite = settings.sync.reduce_pass(sums, params, finite)
     if finite:
         count = sums.count
         for p in params:

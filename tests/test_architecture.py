@@ -22,9 +22,10 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
         "rollout",
         "update evaluation",
         "trainer",
-        "lesson race",
+        "lesson race scale",  # scale: the distributed trainer, vLLM sampler and Ray env pool
         "cli_commands app",
         "cli",
+        "__main__",
     )
 )
 """Lowest first. A module may import its own part (`policy.loading` → `policy.tokens`) and any part of
