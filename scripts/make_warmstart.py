@@ -11,7 +11,12 @@ variations the benchmarks measure on: only the trap's *dev* layouts (variations 
 with notes in the two forms the studio produces (a teacher's curated tip, and the structured
 "[from the record]" line a played episode writes), sometimes next to an uninformative note, and
 trajectories that start with 0–2 detours so the model also learns to recover. Prompts without notes are
-not trained on, so the note-free policy keeps the base model's reflexes (the trap still traps).
+not trained on, yet the note-free policy moves too (measured in benchmarks/bench_lesson.py): the base
+model's reflex at the hallway is a decoy ("turn on <a look-alike>" 0.25–0.31, the most likely action;
+each door 0.12–0.24; trap-light-bulb variations 0, 1, 36, 37, compact prompt); after the warm start it is
+one fixed door, "go to bedroom" (0.98), whatever the layout, so naive episodes fail wherever the target
+is not behind that door and often succeed where it is. Anchoring the note-free prompts to the base
+model's distribution (a KL term on them) is the next step; it costs about twice the training time.
 
     .venv/bin/python scripts/make_warmstart.py            # ~10 min on a 2-core CPU; writes assets/warmstart/
     .venv/bin/python scripts/make_warmstart.py --epochs 1 --out /tmp/ws   # a quick try elsewhere

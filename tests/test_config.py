@@ -34,6 +34,7 @@ def test_json_round_trip_keeps_tuples():
         ("policy", {"decoding": "beam"}, "policy.decoding"),
         ("env", {"name": "alfworld"}, "env.name"),
         ("algo", {"adv_eps": 0.0}, "algo.adv_eps"),
+        ("algo", {"off_policy_loss": "ppo"}, "algo.off_policy_loss"),
     ],
 )
 def test_bad_values_are_named(section, values, needle):

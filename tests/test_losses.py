@@ -189,3 +189,19 @@ def test_kl_penalty_k3_hand_value_and_zero_at_equal():
 def test_aggregate_unknown_raises_naming_valid():
     with pytest.raises(ValueError, match="seq-mean-token-sum"):
         aggregate(torch.zeros(2, 3), torch.ones(2, 3), "mean")
+
+
+def test_tapered_off_policy_loss_by_hand():
+    from empo2_studio.algorithm import tapered_off_policy_loss
+
+    # rows: A = +2 with π 0.01 (behaviour 0.9); A = −1 with ρ = 0.5 (π 0.2, behaviour 0.4); padding
+    logps = torch.log(torch.tensor([[0.01, 0.0], [0.2, 0.0]])).requires_grad_(True)
+    old = torch.log(torch.tensor([[0.9, 1.0], [0.4, 1.0]]))
+    mask = torch.tensor([[1, 0], [1, 0]], dtype=torch.bool)
+    loss, m = tapered_off_policy_loss(logps, old, torch.tensor([2.0, -1.0]), mask)
+    # token losses: −2·log 0.01 = 9.2103; −(−1)·0.5·log 0.2 = −0.8047; token-mean over 2 tokens
+    assert float(loss) == pytest.approx((-2 * math.log(0.01) + 0.5 * math.log(0.2)) / 2, rel=1e-6)
+    loss.backward()
+    # dL/dlogp: −A·w / 2 → −1 for the good action (weight 1, not ρ = 0.011), +0.25 for the bad one
+    assert logps.grad.flatten().tolist() == pytest.approx([-1.0, 0.0, 0.25, 0.0], abs=1e-6)
+    assert m["ratio/min"] == pytest.approx(0.01 / 0.9, rel=1e-5) and m["ratio/max"] == pytest.approx(0.5, rel=1e-5)

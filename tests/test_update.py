@@ -19,6 +19,7 @@ The loss is linear in the ratio here, so dL/dw equals the loss and SGD (lr 0.1) 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 
 import pytest
@@ -203,3 +204,44 @@ def test_hf_policy_no_adapter_scores_the_base_model():
         with policy.no_adapter():
             again = policy.score(conv)[0][0]
     assert not torch.allclose(moved, base) and torch.equal(again, base)
+
+
+def _tipped_episode(name: str, token: int, tip_gain: float) -> Episode:
+    """One one-token turn whose behaviour log-prob (sampled with tips) is log(tip_gain) above the
+    tip-free one: the ratio tip-free current / behaviour is 1 / tip_gain at w = 0."""
+    ep = _episode(name, [(token,)])
+    step = ep.steps[0]
+    sample = ActionSample(text="a", token_ids=(token,), logprobs=(-token / 10 + math.log(tip_gain),))
+    return dataclasses.replace(ep, steps=(dataclasses.replace(step, sample=sample),), rollout_mode="memory")
+
+
+@pytest.mark.parametrize(
+    ("loss", "advantage", "expected_grad"),
+    [
+        # tapered, A > 0: −A·log π whatever the ratio → dL/dw = −A = −1
+        ("tapered", 1.0, -1.0),
+        # clipped, A > 0, ρ = 0.01 < 1 − ε_low: −A·ρ → dL/dw = −A·ρ = −0.01
+        ("clipped", 1.0, -0.01),
+        # tapered, A < 0: −A·min(ρ, 1)·log π with ρ = 0.01 (detached) → dL/dw = −A·0.01 = +0.01
+        ("tapered", -1.0, 0.01),
+    ],
+)
+def test_off_policy_loss_choice_by_hand(loss, advantage, expected_grad):
+    policy = ScoringFake()
+    settings = UpdateSettings(AlgoConfig(off_policy_loss=loss), grad_clip=100.0)
+    optimizer = torch.optim.SGD(policy.trainable_parameters(), lr=0.1)
+    m = policy_update(policy, optimizer, [_tipped_episode("t", 1, 100.0)], [advantage], "off-policy", settings)
+    assert m["ratio/mean"] == pytest.approx(0.01, rel=1e-5)
+    assert m["grad/norm"] == pytest.approx(abs(expected_grad), rel=1e-5)
+    assert float(policy.w.detach()) == pytest.approx(-0.1 * expected_grad, rel=1e-5)
+
+
+def test_on_policy_updates_ignore_the_off_policy_loss_choice():
+    runs = []
+    for loss in ("tapered", "clipped"):
+        policy = ScoringFake()
+        settings = UpdateSettings(AlgoConfig(off_policy_loss=loss), grad_clip=100.0)
+        optimizer = torch.optim.SGD(policy.trainable_parameters(), lr=0.1)
+        policy_update(policy, optimizer, EPISODES, ADVANTAGES, "on-policy", settings)
+        runs.append(float(policy.w.detach()))
+    assert runs[0] == runs[1] == pytest.approx(-0.1 * EXPECTED_LOSS["token-mean"], abs=1e-6)

@@ -11,6 +11,7 @@ from empo2_studio.algorithm.losses import (
     dropped_fraction,
     kl_penalty,
     low_prob_mask,
+    tapered_off_policy_loss,
 )
 from empo2_studio.algorithm.novelty import NoveltyMemory
 from empo2_studio.algorithm.schedule import draw_update_mode
@@ -26,4 +27,5 @@ __all__ = [
     "group_advantages",
     "kl_penalty",
     "low_prob_mask",
+    "tapered_off_policy_loss",
 ]

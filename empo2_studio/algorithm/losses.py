@@ -104,6 +104,54 @@ def clipped_surrogate_loss(
     return loss, metrics
 
 
+def tapered_off_policy_loss(
+    logps: Tensor,
+    old_logps: Tensor,
+    advantages: Tensor,
+    loss_mask: Tensor,
+    *,
+    loss_agg: str = "token-mean",
+    normalizer: float | None = None,
+    clip_low: float = 0.2,
+    clip_high: float = 0.3,
+    dual_clip: float = 10.0,
+) -> tuple[Tensor, dict[str, float]]:
+    """Tapered off-policy REINFORCE (TOPR, Le Roux et al. 2025, arXiv 2503.14286) for distillation.
+
+    Per token, with ρ = exp(logps − old_logps) (tip-free current over with-tips behaviour):
+        loss_t = −A · log π_θ(a_t)              for A ≥ 0  (weight 1: the tip's action is learned as is)
+        loss_t = −A · sg(min(ρ, 1)) · log π_θ(a_t)  for A < 0  (truncated importance weight)
+    so the gradient is −A·∇log π for good actions whatever ρ, and at most −A·ρ·∇log π for bad ones.
+    The clipped surrogate instead gives −A·ρ·∇log π for A > 0 and ρ < 1 − ε_low: for an action that only
+    the tip made likely ρ is tiny (≈ 0.01 with the embedded model), and so is its gradient. Used for the
+    off-policy rows of Eq. 2 when `AlgoConfig.off_policy_loss == "tapered"` (a departure, see README).
+
+    Args / shapes as `clipped_surrogate_loss` ((B, T) log-probs and mask, (B, T) or (B,) advantages);
+    `clip_low`, `clip_high`, `dual_clip` only feed the ratio metrics so both losses report alike.
+
+    Returns:
+        (loss, metrics) with the same keys as `clipped_surrogate_loss`.
+
+    Raises:
+        ValueError: unknown `loss_agg`, mismatched shapes.
+    """
+    _check_agg(loss_agg)
+    mask = _as_mask(loss_mask, logps)
+    _same_shape(logps=logps, old_logps=old_logps, loss_mask=mask)
+    adv = _token_advantages(advantages, logps).to(logps.dtype)
+    log_ratio = torch.where(mask, logps.detach() - old_logps.detach(), torch.zeros_like(logps))
+    log_ratio = log_ratio.clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO)
+    ratio = torch.exp(log_ratio)
+    weight = torch.where(adv >= 0, torch.ones_like(ratio), ratio.clamp(max=1.0))
+    safe_logps = torch.where(mask, logps, torch.zeros_like(logps))  # padding may hold −inf
+    per_token = torch.where(mask, -adv * weight * safe_logps, torch.zeros_like(logps))
+    loss = aggregate(per_token, mask, loss_agg, normalizer=normalizer)
+    with torch.no_grad():
+        metrics = _ratio_metrics(ratio, log_ratio, adv, mask, clip_low, clip_high, dual_clip)
+        metrics["loss/policy"] = float(loss.detach())
+    return loss, metrics
+
+
 def aggregate(per_token: Tensor, loss_mask: Tensor, loss_agg: str, *, normalizer: float | None = None) -> Tensor:
     """Reduce (B, T) per-token losses (already zero outside the mask) to a scalar.
 
