@@ -32,9 +32,9 @@ def live_tensor_bytes() -> int:
 def _trainer(tmp_path, policy) -> Trainer:
     cfg = RunConfig(
         run_id="mem",
-        env=EnvConfig(name="trap", task="trap-light-bulb", variations=(0, 1), step_limit=4),
+        env=EnvConfig(name="trap", task="trap-light-bulb", variations=(0, 1), step_limit=3),
         memory=MemoryConfig(embedder="hash", similarity_threshold=-1.0),
-        rollout=RolloutConfig(group_size=4),
+        rollout=RolloutConfig(group_size=2),
         train=TrainConfig(learning_rate=1e-2, checkpoint_every=100),
     )
     session = Session.create(tmp_path / "sessions", cfg)
@@ -58,6 +58,6 @@ def test_iterations_and_distill_leave_no_cache_gradient_or_graph(tmp_path, tiny_
         trainer.distill(memory_ids)
         assert tiny_policy.sampler.states == {} and all(p.grad is None for p in params)
     growth = live_tensor_bytes() - baseline
-    # one cached 4-step episode of the tiny model alone is > 100 kB; a kept graph is several MB
+    # one cached 3-step episode of the tiny model alone is > 100 kB; a kept graph is several MB
     assert growth < 64 * 1024, f"live tensors grew by {growth} bytes over 3 iterations and 3 distills"
     trainer.close()
