@@ -37,6 +37,10 @@ TRAIN_VARIATIONS = tuple(range(24))
 TABLE_HEADERS = ["variation", "episodes", "successes", "success rate", "mean score"]
 DISTILL_HEADERS = ["step", "loss/policy", "no signal", "grad norm"]
 JOB_KIND = "lesson"
+LESSON_LEARNING_RATE = 5e-4
+"""The lesson's LoRA learning rate: 3 Distill-now steps at the training default 1e-4 moved P(the tip's
+first action | no tip) from 0.00 to 0.07 and naive success not at all; at 5e-4, to 0.32 and 0.00 → 0.25
+(benchmarks/bench_lesson.py, seed 0; README, Benchmarks)."""
 
 
 # ---- the lesson's own session -----------------------------------------------------------------------
@@ -59,10 +63,12 @@ def current_lesson_id(studio: Any, task: str) -> str:
 
 def lesson_config(studio: Any, task: str, run_id: str) -> RunConfig:
     """Config of a new lesson session: the studio's launch session's (same model, LoRA shape,
-    embedder, rollout and training settings) on the trap env and `task`."""
+    embedder, rollout and training settings) on the trap env and `task`, with the lesson's distillation
+    learning rate (`LESSON_LEARNING_RATE`)."""
     base = studio.session(studio.default_run_id).config
     env = replace(base.env, task=task, variations=()) if base.env.name == "trap" else EnvConfig(name="trap", task=task)
-    return replace(base, run_id=run_id, env=env).validate()
+    train = replace(base.train, learning_rate=LESSON_LEARNING_RATE)
+    return replace(base, run_id=run_id, env=env, train=train).validate()
 
 
 def lesson_session(studio: Any, task: str, *, fresh: bool = False) -> Any:
