@@ -49,7 +49,8 @@ def test_minilm_offline_similar_tips_rank_above_unrelated(tmp_path):
     v = e.embed(["The red wire connects the battery to the light bulb.", "Wire the battery to the bulb"])
     assert v.shape == (2, 384)
     np.testing.assert_allclose(np.linalg.norm(v, axis=1), 1.0, atol=1e-5)
-    store = TipStore.open(tmp_path / "tips.lance", e, MemoryConfig(similarity_threshold=-1.0, top_k=3))
+    # the similarity rule alone: hand-added tips are not pinned here (pinning is tested in test_memory_tip_store)
+    store = TipStore.open(tmp_path / "tips.lance", e, MemoryConfig(similarity_threshold=-1.0, top_k=3, pin_curated=False))
     related = "connect the battery to the light bulb with the red wire"
     for text in (related, "the thermometer measures the boiling point of water", "plant the seed in the flower pot"):
         store.add_tip("power-component", 0, text, score=0)  # equal scores: order falls to similarity
@@ -57,5 +58,5 @@ def test_minilm_offline_similar_tips_rank_above_unrelated(tmp_path):
     assert hits[0][0].text == related and hits[0][1] > 0.5 > hits[1][1]
     got = store.retrieve("power-component", 0, "wire the battery to the bulb")
     assert got[0].text == related
-    store.cfg = MemoryConfig()  # default threshold 0.5: only the related tip survives
+    store.cfg = MemoryConfig(pin_curated=False)  # default threshold 0.5: only the related tip survives
     assert [t.text for t in store.retrieve("power-component", 0, "wire the battery to the bulb")] == [related]
