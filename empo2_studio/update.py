@@ -44,6 +44,7 @@ Guard: a non-finite loss or gradient skips the optimizer step, zeroes the gradie
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Sequence
@@ -73,8 +74,9 @@ class UpdateSettings:
     """Episodes scored per forward/backward; bounds activation memory (CPU laptops)."""
     max_train_tokens: int = MAX_TRAIN_TOKENS
     sync: Any = None
-    """Data parallelism (`scale.sync.GradSync`): sums counts, metrics and gradients over the ranks so
-    the gradient is divided by the *global* normaliser; None = one process."""
+    """Data parallelism (`scale.sync.GradSync`): micro-batches run under its DDP `no_sync` but the
+    last; counts and metrics are summed over the ranks so DDP's reduced gradient is divided by the
+    *global* normaliser; None = one process."""
 
     @classmethod
     def from_config(cls, algo: AlgoConfig, train: TrainConfig) -> UpdateSettings:
@@ -180,31 +182,41 @@ def _one_pass(
     tapered = update_mode == "off-policy" and a.off_policy_loss == "tapered"
     t_score = t_back = 0.0
     finite = True
-    for start in range(0, len(items), settings.micro_batch_episodes):
-        chunk = items[start : start + settings.micro_batch_episodes]
-        t0 = time.perf_counter()
-        logps, old, adv, mask = _score_chunk(policy, chunk, update_mode)
-        ref = logps.detach() if update_mode != "on-policy-with-tips" else _tip_free_logps(policy, chunk, mask)
-        kept = low_prob_mask(ref, threshold=a.low_prob_threshold, rule=a.low_prob_mask, loss_mask=mask)
-        surrogate = tapered_off_policy_loss if tapered else clipped_surrogate_loss
-        loss, m = surrogate(
-            logps, old, adv, kept, clip_low=a.clip_low, clip_high=a.clip_high, dual_clip=a.dual_clip,
-            loss_agg=a.loss_agg, normalizer=1.0,
-        )  # fmt: skip
-        kl = _kl_sum(policy, chunk, update_mode, logps, kept, a) if a.kl_coef > 0 else logps.new_zeros(())
-        t_score += time.perf_counter() - t0
-        total = loss + a.kl_coef * kl
-        if not torch.isfinite(total):
-            finite = False
-            break
-        t0 = time.perf_counter()
-        total.backward()
-        t_back += time.perf_counter() - t0
-        sums.add(m, kept, mask, a.loss_agg, float(loss.detach()), float(kl.detach()))
+    sync = settings.sync
+    step = settings.micro_batch_episodes
+    starts = range(0, len(items), step)
+    for start in starts:
+        chunk = items[start : start + step]
+        # Data parallelism: every micro-batch but the last accumulates without a collective, so each
+        # rank runs one synchronised backward per pass however many micro-batches it has (scale.sync).
+        with sync.micro_batch(start == starts[-1]) if sync is not None else contextlib.nullcontext():
+            t0 = time.perf_counter()
+            logps, old, adv, mask = _score_chunk(policy, chunk, update_mode)
+            ref = logps.detach() if update_mode != "on-policy-with-tips" else _tip_free_logps(policy, chunk, mask)
+            kept = low_prob_mask(ref, threshold=a.low_prob_threshold, rule=a.low_prob_mask, loss_mask=mask)
+            surrogate = tapered_off_policy_loss if tapered else clipped_surrogate_loss
+            loss, m = surrogate(
+                logps, old, adv, kept, clip_low=a.clip_low, clip_high=a.clip_high, dual_clip=a.dual_clip,
+                loss_agg=a.loss_agg, normalizer=1.0,
+            )  # fmt: skip
+            kl = _kl_sum(policy, chunk, update_mode, logps, kept, a) if a.kl_coef > 0 else logps.new_zeros(())
+            t_score += time.perf_counter() - t0
+            total = loss + a.kl_coef * kl
+            if not torch.isfinite(total):
+                finite = False
+                break
+            sums.add(m, kept, mask, a.loss_agg, float(loss.detach()), float(kl.detach()))
+            if sync is not None and start == starts[-1]:
+                sync.before_synced_backward(sums.count)
+            t0 = time.perf_counter()
+            total.backward()
+            t_back += time.perf_counter() - t0
+    if sync is not None and (not finite or not items):
+        sync.zero_pass()  # this rank's share of the gradient all-reduce (its peers wait on it)
     t0 = time.perf_counter()
     grad_norm = float("nan")
-    if settings.sync is not None:  # global counts, metric sums and gradient sums (same on every rank)
-        finite = settings.sync.reduce_pass(sums, params, finite)
+    if sync is not None:  # global counts and metric sums; gradients made global sums (same on every rank)
+        finite = sync.reduce_pass(sums, params, finite)
     if finite:
         count = sums.count
         for p in params:

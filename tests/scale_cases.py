@@ -71,9 +71,9 @@ class RecordingOptimizer:
         self.grads = [p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p) for p in self.params]
 
 
-def update_gradient(policy, episodes, advantages, sync=None) -> tuple[list[torch.Tensor], dict]:
+def update_gradient(policy, episodes, advantages, sync=None, *, micro_batch_episodes: int = 2) -> tuple[list[torch.Tensor], dict]:
     """The gradient one off-policy `policy_update` applies (no clipping, no step)."""
     opt = RecordingOptimizer(policy.trainable_parameters())
-    settings = UpdateSettings(algo=AlgoConfig(), grad_clip=1e9, sync=sync)
+    settings = UpdateSettings(algo=AlgoConfig(), grad_clip=1e9, sync=sync, micro_batch_episodes=micro_batch_episodes)
     metrics = policy_update(policy, opt, episodes, list(advantages), "off-policy", settings)
     return opt.grads, metrics

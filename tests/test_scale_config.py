@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -27,11 +28,30 @@ def test_scale_section_round_trips_through_config_json_and_old_configs_still_loa
         (ScaleConfig(sampler="vllm"), "needs at least one server in scale.vllm_urls"),
         (ScaleConfig(sampler="vllm", vllm_urls=("localhost:8000",)), "http\\(s\\):// URLs, got 'localhost:8000'"),
         (ScaleConfig(env_pool="dask"), "scale.env_pool must be one of \\['local', 'ray'\\], got 'dask'"),
+        (ScaleConfig(strategy="zero3"), "scale.strategy must be one of \\['ddp', 'fsdp'\\], got 'zero3'"),
     ],
 )
 def test_bad_scale_values_are_named(scale, match):
     with pytest.raises(ValueError, match=match):
         RunConfig(scale=scale).validate()
+
+
+def test_strategy_is_recorded_and_fsdp_is_refused_with_the_reason(tmp_path, capsys, monkeypatch):
+    from empo2_studio.config import SCALE_STRATEGIES
+
+    assert SCALE_STRATEGIES == ("ddp", "fsdp") and ScaleConfig().strategy == "ddp"
+    fsdp = RunConfig(rollout=RolloutConfig(variations_per_iteration=2), scale=ScaleConfig(processes=2, strategy="fsdp"))
+    assert json.loads(fsdp.to_json())["scale"]["strategy"] == "fsdp"  # recorded in config.json
+    assert RunConfig.from_json(fsdp.to_json()).scale.strategy == "fsdp"
+    for world in (1, 2):
+        with pytest.raises(ValueError, match="scale.strategy 'fsdp' is not supported yet: FSDP all-gathers"):
+            check_launch(replace(fsdp, scale=replace(fsdp.scale, processes=world)), world, resuming=False)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    code = cli.main(["train", "--env.name", "trap", "--scale.strategy", "fsdp", "--sessions-dir", str(tmp_path)])
+    assert code == cli.USAGE
+    err = capsys.readouterr().err
+    assert "scale.strategy 'fsdp' is not supported yet" in err and "Use scale.strategy 'ddp'" in err
+    assert not any(tmp_path.iterdir())
 
 
 def test_launch_checks_name_the_mismatch(monkeypatch):

@@ -1,4 +1,5 @@
-"""Data parallelism on CPU: two gloo processes give the one-process gradient (design.md §11)."""
+"""Data parallelism on CPU: two gloo processes, gradients reduced by DDP (through accelerate), give the
+one-process gradient (design.md §11)."""
 
 from __future__ import annotations
 
@@ -50,6 +51,12 @@ def test_two_gloo_processes_give_the_one_process_gradient(tmp_path, tiny_policy)
     assert [r["rank"] for r in results] == [0, 1] and {r["world"] for r in results} == {2}
     assert {r["backend"] for r in results} == {"gloo"}
     assert results[0]["pid"] != results[1]["pid"]
+    for r in results:  # DDP reduced the gradients: scoring ran through it, its reducer all-reduced buckets
+        assert r["engine"] == "DistributedDataParallel" and r["train_forward"]
+        for normalizer in ("global", "per-rank"):  # rank 0: 1 micro-batch, rank 1: 3; one synced pass each
+            assert r[f"{normalizer}/synced_passes"] == 1 and r[f"{normalizer}/bucket_allreduces"] >= 1
+    diffs = [(_flat(r["global"]) - _flat(one)).abs().max().item() for r in results]
+    print(f"max |DDP 2-process gradient - 1-process gradient| per rank: {diffs}")
     for r in results:  # every rank ends with the one-process gradient and metrics
         assert (_flat(r["global"]) - _flat(one)).abs().max().item() <= 1e-6
         m = r["global/metrics"]
@@ -61,7 +68,13 @@ def test_two_gloo_processes_give_the_one_process_gradient(tmp_path, tiny_policy)
         assert m["grad/norm"] == pytest.approx(m_one["grad/norm"], rel=1e-5)
     # A per-rank normaliser (DDP's mean of local means) gives (g_0/n_0 + g_1/n_1)/2: another gradient.
     per_rank = (g_sum[0] / n[0] + g_sum[1] / n[1]) / 2
+    print(f"max |per-rank normaliser - 1-process| per rank: {[(_flat(r['per-rank']) - _flat(one)).abs().max().item() for r in results]}")
     for r in results:
         got = _flat(r["per-rank"])
         assert (got - per_rank).abs().max().item() <= 1e-6
         assert (got - _flat(one)).abs().max().item() > 1e-4
+    # Rank 0 with no episode at all: its zero-weight synced pass joins the reduction of rank 1's shard.
+    alone, m_alone = shard[1]
+    for r in results:
+        assert r["empty-rank0/metrics"]["train/tokens"] == m_alone["train/tokens"]
+        assert (_flat(r["empty-rank0"]) - _flat(alone)).abs().max().item() <= 1e-6

@@ -57,6 +57,10 @@ class HFPolicy:
         self.generator = torch.Generator().manual_seed(seed)
         self.metrics: dict[str, float] = {"policy/packed_fallback": 0.0 if self.chat_format.packed else 1.0}
         self._newline: tuple[frozenset[int], frozenset[int]] | None = None
+        self.train_forward: Any = None
+        """A wrapper of `model` (e.g. torch DDP) that grad-enabled scoring calls instead of `model`:
+        data parallelism needs the forwards it will reduce to pass through it. Sampling, tips and
+        no-grad scoring keep calling `model` (same parameters, no collectives)."""
 
     @property
     def device(self) -> torch.device:
@@ -208,7 +212,8 @@ class HFPolicy:
     def _logits(self, ids: list[int], positions: list[int]) -> torch.Tensor:
         x = torch.tensor([ids], device=self.device)
         keep = torch.tensor(positions, dtype=torch.long, device=self.device)
-        return self.model(input_ids=x, use_cache=False, logits_to_keep=keep).logits[0].float()
+        model = self.train_forward if self.train_forward is not None and torch.is_grad_enabled() else self.model
+        return model(input_ids=x, use_cache=False, logits_to_keep=keep).logits[0].float()
 
     def _masks(self, conv: Sequence[Turn]) -> list[list[int]] | None:
         if self.decoding != "constrained":

@@ -16,6 +16,16 @@ import os
 from typing import Any
 
 
+FSDP_REFUSAL = (
+    "scale.strategy 'fsdp' is not supported yet: FSDP all-gathers the sharded weights in every forward, "
+    "so every rank must run the same forwards in the same order, but each rank here samples, writes tips "
+    "and scores its own groups (different episode lengths, different numbers of forwards), which would "
+    "deadlock; on CPU accelerate does not offer FSDP at all (a multi-CPU run is always DDP). "
+    "Use scale.strategy 'ddp' (the default)"
+)
+"""Why `scale.strategy = "fsdp"` is refused at launch (also in the README's "Scale out")."""
+
+
 def launched_world_size() -> int:
     """WORLD_SIZE as exported by torchrun / accelerate launch (1 when not launched). ValueError if bad."""
     raw = os.environ.get("WORLD_SIZE", "1")
@@ -39,8 +49,10 @@ def check_launch(cfg: Any, world_size: int, *, resuming: bool) -> None:
     A new run records the launched count in `scale.processes` (a default of 1 is filled in); a
     resumed run must be launched with the count it was trained with (each rank's novelty memory is
     checkpointed per rank); every process plays whole groups, so it needs
-    `rollout.variations_per_iteration` ≥ processes.
+    `rollout.variations_per_iteration` ≥ processes; `scale.strategy` "fsdp" is refused (below).
     """
+    if cfg.scale.strategy == "fsdp":
+        raise ValueError(FSDP_REFUSAL)
     want = cfg.scale.processes
     if want != world_size and (resuming or want != 1):
         how = f"torchrun --nproc_per_node {want} -m empo2_studio train" if want > 1 else "empo2-studio train"

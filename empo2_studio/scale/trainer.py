@@ -8,7 +8,8 @@ Per iteration (the same steps as `Trainer.step`, method.md §1.2):
    seed, iteration, g), so which rank plays a group does not change its episodes);
 3. each episode writes its tip text on the rank that played it (reusing that rank's KV cache);
 4. advantages are per group, so local; the update is `update.policy_update` with `GradSync`: the
-   loss is normalised by the all-reduced global count and the gradient sums are all-reduced, so every
+   policy's model is wrapped in DDP (through accelerate), which all-reduces the gradients in the
+   synchronised backward, and the result is normalised by the all-reduced global count, so every
    rank takes the one-process optimizer step;
 5. the episodes are gathered in group order; rank 0 alone writes the session (episodes, the other
    ranks' tips, the metrics row, checkpoints); the other ranks open the same tip table read-only and
@@ -117,6 +118,7 @@ class DistributedTrainer(Trainer):
         if not ctx.is_main:
             self.store = ReadOnlyStore(self.store)
         self.sync = GradSync(ctx)
+        self.sync.wrap(self.policy)  # DDP with several processes; the optimizer keeps the same parameters
         self.settings = replace(self.settings, sync=self.sync)
         self._pool: Any = None
         self._publish_adapter()  # vLLM: the servers start from the weights the local model starts from
