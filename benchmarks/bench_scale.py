@@ -7,8 +7,9 @@
    session (`trap-light-bulb`, `--variations` groups of `--group-size`, step limit `--step-limit`,
    on-policy, hash embedder), `--iterations` iterations; 1 process = the default `Trainer`, N > 1 =
    `torchrun --standalone --nproc_per_node N` running `DistributedTrainer` (gloo on CPU, nccl on CUDA).
-   Reported: seconds per iteration, the update's all-reduce seconds (counts, metrics and one flat LoRA
-   gradient buffer), and action tokens (sampled + trained) per second per process (= per GPU on CUDA).
+   Reported: seconds per iteration, the update's all-reduce seconds (`time/allreduce`: the counts and
+   metrics; since the switch to DDP the gradient all-reduce runs inside the backward pass, overlapped,
+   and is not in it), and action tokens (sampled + trained) per second per process (= per GPU on CUDA).
 2. The all-reduce alone: the LoRA gradient buffer's size, mean of 20 all-reduces.
 3. With `--vllm-url`: rollout throughput of the vLLM sampler vs the local HF sampler on the same model
    (`--vllm-model`, free decoding, a group of `--group-size` trap episodes): action tokens per second.
