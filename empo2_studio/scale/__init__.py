@@ -1,10 +1,11 @@
 """Scale-out on existing engines: data-parallel training (torch.distributed, launched by torchrun or
 `accelerate launch`), rollouts sampled by vLLM servers, env instances in Ray worker processes.
 
-The algorithm code is the single-process code: `update.policy_update` with a `GradSync` (global
-normaliser), `rollout.play_group` on each rank's share of the groups, the same sessions.
+The algorithm code is the single-process code: `update.policy_update` with a `GradSync` (the model in
+DDP through accelerate, which reduces the gradients; the global token normaliser), `rollout.play_group`
+on each rank's share of the groups, the same sessions. `scale.strategy` "fsdp" is refused (`FSDP_REFUSAL`).
 
-Modules: `dist` (process group, collectives) · `sync` (GradSync: the update's reductions) · `trainer`
+Modules: `dist` (process group, collectives) · `sync` (GradSync: DDP wrapping, no_sync, the update's count reductions) · `trainer`
 (DistributedTrainer: shards groups, rank 0 writes the session) · `launch` (the `train` command under a
 launcher) · `vllm_sampler` (a `Policy` whose `sample` asks vLLM) · `ray_pool` (TextEnv proxies on Ray).
 The single-process path imports only this file (stdlib): `needs_scale_path`, `check_launch`.
