@@ -154,13 +154,9 @@ class Trainer:
         return self._record("train", mode, self.iteration_metrics(metrics, episodes, mode, timings, t_start), episodes)
 
     def begin_iteration(self, forced_mode: UpdateMode | None = None) -> tuple[UpdateMode, list[int]]:
-        """Start an iteration (shared by `step` and the distributed trainer's): draw its update mode
-        (`forced_mode`, else the config's, else at random by p / q) and its
-        `variations_per_iteration` train variations from `self.rng`, then advance `self.iteration`.
-
-        Returns (mode, variations). Raises ValueError when `forced_mode` is not one of
-        on-policy / on-policy-with-tips / off-policy (nothing is drawn then).
-        """
+        """Start an iteration (here and in the distributed step): draw (mode, variations) from `self.rng`
+        (mode: `forced_mode`, else the config's, else by p / q), advance `self.iteration`. ValueError
+        when `forced_mode` is not one of on-policy / on-policy-with-tips / off-policy (nothing drawn)."""
         if forced_mode is not None and forced_mode not in UPDATE_MODES:
             raise ValueError(f"forced_mode must be one of {list(UPDATE_MODES)} or None, got {forced_mode!r}")
         r = self.cfg.rollout
@@ -169,12 +165,10 @@ class Trainer:
         self.iteration += 1
         return mode, variations
 
-    def iteration_metrics(
-        self, metrics: dict[str, float], episodes: Sequence[Episode], mode: UpdateMode, timings: Timings, t_start: float
-    ) -> dict[str, float]:
-        """An iteration's metrics row: `metrics` (the update's, modified in place) plus the rollout
-        metrics of `episodes` (all groups of the iteration) and "time/iteration" since `t_start`
-        (a `time.perf_counter()` value)."""
+    def iteration_metrics(self, metrics: dict, episodes: Sequence[Episode], mode: UpdateMode, timings: Timings,
+                          t_start: float) -> dict[str, float]:  # fmt: skip
+        """`metrics` (the update's, extended in place) + the rollout metrics of all the iteration's
+        `episodes` + "time/iteration" since `t_start` (a `time.perf_counter()` value)."""
         metrics.update(self._rollout_metrics(episodes, mode, timings))
         metrics["time/iteration"] = time.perf_counter() - t_start
         return metrics
