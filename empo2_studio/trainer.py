@@ -142,13 +142,8 @@ class Trainer:
         Raises:
             ValueError: `forced_mode` is not one of on-policy / on-policy-with-tips / off-policy.
         """
-        if forced_mode is not None and forced_mode not in UPDATE_MODES:
-            raise ValueError(f"forced_mode must be one of {list(UPDATE_MODES)} or None, got {forced_mode!r}")
         t_start = time.perf_counter()
-        r = self.cfg.rollout
-        mode = forced_mode or r.forced_mode or draw_update_mode(self.rng, r.p_memory, r.q_off_policy)
-        variations = [self.rng.choice(self.train_variations()) for _ in range(r.variations_per_iteration)]
-        self.iteration += 1
+        mode, variations = self.begin_iteration(forced_mode)
         self._seed_sampling(self.iteration)
         timings = Timings()
         groups = [self._play_training_group(v, mode, timings) for v in variations]
@@ -156,9 +151,27 @@ class Trainer:
         advantages = self._advantages(groups)
         self._phase(f"{mode} update: re-scoring {len(episodes)} episodes, backward, optimizer step")
         metrics = policy_update(self.policy, self.optimizer, episodes, advantages, mode, self.settings)
+        return self._record("train", mode, self.iteration_metrics(metrics, episodes, mode, timings, t_start), episodes)
+
+    def begin_iteration(self, forced_mode: UpdateMode | None = None) -> tuple[UpdateMode, list[int]]:
+        """Start an iteration (here and in the distributed step): draw (mode, variations) from `self.rng`
+        (mode: `forced_mode`, else the config's, else by p / q), advance `self.iteration`. ValueError
+        when `forced_mode` is not one of on-policy / on-policy-with-tips / off-policy (nothing drawn)."""
+        if forced_mode is not None and forced_mode not in UPDATE_MODES:
+            raise ValueError(f"forced_mode must be one of {list(UPDATE_MODES)} or None, got {forced_mode!r}")
+        r = self.cfg.rollout
+        mode = forced_mode or r.forced_mode or draw_update_mode(self.rng, r.p_memory, r.q_off_policy)
+        variations = [self.rng.choice(self.train_variations()) for _ in range(r.variations_per_iteration)]
+        self.iteration += 1
+        return mode, variations
+
+    def iteration_metrics(self, metrics: dict, episodes: Sequence[Episode], mode: UpdateMode, timings: Timings,
+                          t_start: float) -> dict[str, float]:  # fmt: skip
+        """`metrics` (the update's, extended in place) + the rollout metrics of all the iteration's
+        `episodes` + "time/iteration" since `t_start` (a `time.perf_counter()` value)."""
         metrics.update(self._rollout_metrics(episodes, mode, timings))
         metrics["time/iteration"] = time.perf_counter() - t_start
-        return self._record("train", mode, metrics, episodes)
+        return metrics
 
     def train(
         self,

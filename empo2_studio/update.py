@@ -55,7 +55,7 @@ import torch
 
 from empo2_studio.algorithm import clipped_surrogate_loss, kl_penalty, low_prob_mask, tapered_off_policy_loss
 from empo2_studio.config import AlgoConfig, TrainConfig
-from empo2_studio.policy import Turn
+from empo2_studio.policy import Policy, Turn
 from empo2_studio.rollout import with_tips_message
 from empo2_studio.types import Episode, UpdateMode
 
@@ -102,7 +102,7 @@ def conversation(episode: Episode, update_mode: UpdateMode, *, n_turns: int | No
     ]
 
 
-def trainable_turns(policy: Any, episode: Episode, update_mode: UpdateMode, max_tokens: int) -> int:
+def trainable_turns(policy: Policy, episode: Episode, update_mode: UpdateMode, max_tokens: int) -> int:
     """How many leading turns of `episode` fit in `max_tokens` (that turn's prompt + response tokens).
 
     Counts with the policy's own chat format: the end offset of each action in the packed conversation
@@ -118,7 +118,7 @@ def trainable_turns(policy: Any, episode: Episode, update_mode: UpdateMode, max_
 
 
 def policy_update(
-    policy: Any,
+    policy: Policy,
     optimizer: torch.optim.Optimizer,
     episodes: Sequence[Episode],
     advantages: Sequence[float],
@@ -173,7 +173,7 @@ def policy_update(
 
 
 def _one_pass(
-    policy: Any, optimizer: torch.optim.Optimizer, items: list, update_mode: UpdateMode, settings: UpdateSettings
+    policy: Policy, optimizer: torch.optim.Optimizer, items: list, update_mode: UpdateMode, settings: UpdateSettings
 ) -> dict[str, float]:
     a = settings.algo
     params = [p for p in policy.trainable_parameters() if p.requires_grad]
@@ -235,7 +235,7 @@ def _one_pass(
 
 
 def _score_chunk(
-    policy: Any, chunk: list, update_mode: UpdateMode
+    policy: Policy, chunk: list, update_mode: UpdateMode
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Current log-probs (B, T) with grad, behaviour log-probs (B, T), advantages (B,), loss mask (B, T)."""
     convs = [conversation(ep, update_mode, n_turns=k) for ep, _, k in chunk]
@@ -254,7 +254,7 @@ def _score_chunk(
     return logps.float(), old, torch.tensor(adv_rows, dtype=torch.float32, device=device), mask
 
 
-def _tip_free_logps(policy: Any, chunk: list, mask: torch.Tensor) -> torch.Tensor:
+def _tip_free_logps(policy: Policy, chunk: list, mask: torch.Tensor) -> torch.Tensor:
     """Detached current log-probs on the tip-free conversation at each episode's sampling temperature
     (the paper's reference for the δ rule)."""
     with torch.no_grad():
@@ -264,7 +264,7 @@ def _tip_free_logps(policy: Any, chunk: list, mask: torch.Tensor) -> torch.Tenso
     return _pad([lp for per_turn in scored for lp in per_turn]).float().to(mask.device)
 
 
-def _kl_sum(policy: Any, chunk: list, update_mode: UpdateMode, logps, kept, a: AlgoConfig) -> torch.Tensor:
+def _kl_sum(policy: Policy, chunk: list, update_mode: UpdateMode, logps, kept, a: AlgoConfig) -> torch.Tensor:
     """Summed k3 KL against the adapter-free base model on the same conversations (β·KL, paper Eq. 1)."""
     with torch.no_grad(), policy.no_adapter():
         scored = policy.score(

@@ -11,30 +11,10 @@ import pytest
 from empo2_studio.app import charts, handlers as h, render, sessions_tab as st, tips_handlers as th
 from empo2_studio.app.jobs import JobRegistry, readable_error
 from empo2_studio.app.studio import Studio
-from empo2_studio.config import EnvConfig, MemoryConfig, RolloutConfig, RunConfig, TrainConfig
 from empo2_studio.types import ActionSample, RetrievedTip, Step
 
 RUN = "studio"
 TASK = "trap-light-bulb"
-
-
-def small_cfg() -> RunConfig:
-    return RunConfig(
-        env=EnvConfig(name="trap", task=TASK, variations=(0, 1), step_limit=3),
-        memory=MemoryConfig(embedder="hash", similarity_threshold=-1.0),
-        rollout=RolloutConfig(group_size=2),
-        train=TrainConfig(iterations=1, learning_rate=1e-2, checkpoint_every=1),
-    )
-
-
-@pytest.fixture(scope="module")
-def studio(tmp_path_factory):
-    import torch
-
-    torch.set_num_threads(1)
-    s = Studio(tmp_path_factory.mktemp("sessions"), env="trap", policy="tiny", embedder="hash", config=small_cfg())
-    yield s
-    s.close()
 
 
 def _step(i: int, *, corrected: bool = False, tips=()) -> Step:
@@ -197,12 +177,13 @@ def test_step_card_escapes_text_and_marks_correction():
 
 
 # ---- episodes tab ----------------------------------------------------------------------------------
-def test_page_load_during_model_preparation_does_not_deadlock(tmp_path):
-    """The model job holds the load lock and opens a session; a page load meanwhile opens the tip
-    store (session lock, then the embedder). Seen as a hang with the real model on a loaded CPU."""
+def test_page_load_during_model_preparation_does_not_deadlock(tmp_path, studio_cfg):
+    """The model job holds the loader's lock and opens a session; a page load meanwhile opens the tip
+    store (the session, then the embedder, then the slot). Seen as a hang with the real model on a
+    loaded CPU when the studio had two locks taken in either order."""
     from empo2_studio.policy import build_tiny_policy
 
-    s = Studio(tmp_path, env="trap", policy="tiny", embedder="hash", config=small_cfg())
+    s = Studio(tmp_path, env="trap", policy="tiny", embedder="hash", config=studio_cfg)
     in_load = threading.Event()
     policy = build_tiny_policy()  # built up front: the threads below only wait on each other
 
@@ -212,7 +193,7 @@ def test_page_load_during_model_preparation_does_not_deadlock(tmp_path):
         s.session(s.default_run_id)
         return policy
 
-    s._load_policy = slow_load
+    s.model._load_policy = slow_load
     model = threading.Thread(target=s.policy, daemon=True)
     model.start()
     in_load.wait(5)

@@ -8,30 +8,10 @@ import pytest
 from empo2_studio.app import lesson_tab as ls
 from empo2_studio.app import race_tab as rc
 from empo2_studio.app.studio import Studio
-from empo2_studio.config import EnvConfig, MemoryConfig, RolloutConfig, RunConfig, TrainConfig
 from empo2_studio.lesson import STAGES, curated_tip
 
 RUN = "studio"
 TASK = "trap-light-bulb"
-
-
-def small_cfg() -> RunConfig:
-    return RunConfig(
-        env=EnvConfig(name="trap", task=TASK, variations=(0, 1), step_limit=3),
-        memory=MemoryConfig(embedder="hash", similarity_threshold=-1.0),
-        rollout=RolloutConfig(group_size=2),
-        train=TrainConfig(iterations=1, learning_rate=1e-2, checkpoint_every=1),
-    )
-
-
-@pytest.fixture(scope="module")
-def studio(tmp_path_factory):
-    import torch
-
-    torch.set_num_threads(1)
-    s = Studio(tmp_path_factory.mktemp("sessions"), env="trap", policy="tiny", embedder="hash", config=small_cfg())
-    yield s
-    s.close()
 
 
 def _value(update):

@@ -23,23 +23,9 @@ from empo2_studio.rollout import (
     with_tips_message,
     write_group_tips,
 )
+from fakes import ScriptedPolicy
 
 TASK = "trap-light-bulb"
-
-
-class SpyPolicy:
-    """Wraps a real policy and records every batched `sample` call (a spy, not a fake)."""
-
-    def __init__(self, inner):
-        self.inner = inner
-        self.calls: list[list] = []
-
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
-
-    def sample(self, requests, *, temperature):
-        self.calls.append(list(requests))
-        return self.inner.sample(requests, temperature=temperature)
 
 
 @pytest.fixture
@@ -72,12 +58,25 @@ def test_caches_are_dropped_at_episode_end_unless_kept_for_the_tips(tiny_policy,
     assert not tiny_policy.sampler.states and all(ep.tip for ep in with_tips)
 
 
-def test_one_batched_sample_call_per_step_over_running_episodes(tiny_policy):
-    spy = SpyPolicy(tiny_policy)
-    episodes = _group(spy, None, "naive", n=3, limit=4)
+def test_rollout_forgets_each_episode_at_its_end_unless_asked_to_keep_it(store):
+    policy = ScriptedPolicy()
+    _group(policy, None, "naive", n=2, limit=3)
+    assert policy.cached == set()
+    episodes = _group(policy, None, "naive", n=2, limit=3, keep_caches=True)
+    assert policy.cached == {ep.episode_id for ep in episodes}
+    tipped = write_group_tips(policy, store, episodes)  # the reflection reuses, then drops, them
+    assert policy.cached == set()
+    # one batched reflection call: the scripted tips 0 and 1, in episode order, after the record's note
+    assert [ep.tip.split("[the model's note] ")[-1] for ep in tipped] == [
+        "tip 0: try what raised the score", "tip 1: try what raised the score"]  # fmt: skip
+
+
+def test_one_batched_sample_call_per_step_over_running_episodes():
+    policy = ScriptedPolicy()  # records its sample calls
+    episodes = _group(policy, None, "naive", n=3, limit=4)
     lengths = [len(ep.steps) for ep in episodes]
-    assert len(spy.calls) == max(lengths)  # one call per lock-step
-    for t, call in enumerate(spy.calls):
+    assert len(policy.calls) == max(lengths)  # one call per lock-step
+    for t, call in enumerate(policy.calls):
         assert len(call) == sum(1 for n in lengths if n > t)  # only still-running episodes
         assert all(len(req.turns) == t + 1 and req.turns[-1].action_ids is None for req in call)
     for ep in episodes:
@@ -90,31 +89,35 @@ def test_one_batched_sample_call_per_step_over_running_episodes(tiny_policy):
             assert len(s.sample.logprobs) == len(s.sample.token_ids) > 0
             assert s.tips == () and s.intrinsic_reward == 0.0
             assert s.action in s.valid_actions  # constrained decoding picks a valid action
+            # what the policy sampled is recorded as is: its bytes as token ids, −0.5 per token
+            assert (s.sample.text, s.sample.token_ids) == (s.action, tuple(s.action.encode()))
+            assert s.sample.logprobs == (-0.5,) * len(s.action.encode()) and not s.corrected
 
 
-def test_first_turn_holds_instructions_and_history_keeps_exact_tokens(tiny_policy):
-    spy = SpyPolicy(tiny_policy)
-    episodes = _group(spy, None, "naive", n=2, limit=3)
+def test_first_turn_holds_instructions_and_history_keeps_exact_tokens():
+    policy = ScriptedPolicy()  # records its sample calls
+    episodes = _group(policy, None, "naive", n=2, limit=3)
     env = TrapEnv()
     obs = env.reset(TASK, 0)
     first = prompts.first_user_message("trap", obs, env.fewshot_examples(TASK))
     assert all(ep.steps[0].user_message == first for ep in episodes)
     ep = max(episodes, key=lambda e: len(e.steps))
-    if len(ep.steps) > 1:
-        req = next(r for r in spy.calls[1] if r.turns[0].action_ids == ep.steps[0].sample.token_ids)
-        replay = TrapEnv(step_limit=3)
-        replay.reset(TASK, 0)
-        after = replay.step(ep.steps[0].sample.text).observation
-        assert ep.steps[1].user_message == prompts.step_user_message(after)
-        assert req.turns[1].user_text == ep.steps[1].user_message
+    assert len(ep.steps) > 1  # the scripted seed-0 episodes run on past step 0
+    req = next(r for r in policy.calls[1] if r.turns[0].action_ids == ep.steps[0].sample.token_ids)
+    replay = TrapEnv(step_limit=3)
+    replay.reset(TASK, 0)
+    after = replay.step(ep.steps[0].sample.text).observation
+    assert ep.steps[1].user_message == prompts.step_user_message(after, "trap")
+    assert req.turns[1].user_text == ep.steps[1].user_message
 
 
-def test_memory_mode_retrieves_every_step_and_records_both_prompts(tiny_policy, store):
-    naive = _group(tiny_policy, None, "naive", n=2, limit=3)
-    write_group_tips(tiny_policy, store, naive)
+def test_memory_mode_retrieves_every_step_and_records_both_prompts(store):
+    policy = ScriptedPolicy()
+    naive = _group(policy, None, "naive", n=2, limit=3)
+    write_group_tips(policy, store, naive)
     assert store.count(task=TASK, variation=0) > 0
-    spy = SpyPolicy(tiny_policy)
-    memory = _group(spy, store, "memory", n=2, limit=3)
+    policy.calls.clear()  # the memory group's calls only
+    memory = _group(policy, store, "memory", n=2, limit=3)
     for ep in memory:
         assert ep.rollout_mode == "memory"
         for s in ep.steps:
@@ -123,7 +126,7 @@ def test_memory_mode_retrieves_every_step_and_records_both_prompts(tiny_policy, 
             assert s.tips[0].text not in s.user_message  # the tip-free variant
             assert prompts.note_text(s.tips[0].text) in with_tips_message(s, "trap")
     # What the policy saw at step 0 is exactly the with-tips rendering of the recorded step.
-    assert spy.calls[0][0].turns[-1].user_text == with_tips_message(memory[0].steps[0], "trap")
+    assert policy.calls[0][0].turns[-1].user_text == with_tips_message(memory[0].steps[0], "trap")
 
 
 class SpyStore:
@@ -137,10 +140,11 @@ class SpyStore:
         return self.inner.retrieve_explained(task, variation, queries)
 
 
-def test_memory_queries_of_a_lock_step_are_embedded_in_one_batch(tiny_policy, store):
-    write_group_tips(tiny_policy, store, _group(tiny_policy, None, "naive", n=2, limit=3))
+def test_memory_queries_of_a_lock_step_are_embedded_in_one_batch(store):
+    policy = ScriptedPolicy()
+    write_group_tips(policy, store, _group(policy, None, "naive", n=2, limit=3))
     spy = SpyStore(store)
-    memory = _group(tiny_policy, spy, "memory", n=3, limit=3)
+    memory = _group(policy, spy, "memory", n=3, limit=3)
     assert [len(b) for b in spy.batches] == [sum(1 for ep in memory if len(ep.steps) > t) for t in range(len(spy.batches))]
     for t, batch in enumerate(spy.batches):
         running = [ep for ep in memory if len(ep.steps) > t]
@@ -173,14 +177,16 @@ def test_tips_of_memory_episodes_reuse_their_sampling_caches(tiny_policy, store)
     assert fed < sum(len(tiny_policy.prompt_ids(episode_turns(ep))) for ep in memory) / 2
 
 
-def test_memory_mode_needs_a_store(tiny_policy):
+def test_memory_mode_needs_a_store():
+    policy = ScriptedPolicy()
     with pytest.raises(ValueError, match="tip store"):
-        _group(tiny_policy, None, "memory")
+        _group(policy, None, "memory")
 
 
-def test_novelty_bonus_matches_a_replay_in_lock_step_order(tiny_policy, embedder):
+def test_novelty_bonus_matches_a_replay_in_lock_step_order(embedder):
+    policy = ScriptedPolicy()
     novelty = NoveltyMemory(0.9)
-    episodes = _group(tiny_policy, None, "naive", n=3, limit=4, embedder=embedder, novelty=novelty)
+    episodes = _group(policy, None, "naive", n=3, limit=4, embedder=embedder, novelty=novelty)
     replay = NoveltyMemory(0.9)
     expected: dict[tuple[int, int], float] = {}
     for t in range(max(len(ep.steps) for ep in episodes)):
@@ -194,10 +200,11 @@ def test_novelty_bonus_matches_a_replay_in_lock_step_order(tiny_policy, embedder
     assert all(ep.steps[0].intrinsic_reward == 1.0 for ep in episodes)  # step-0 states are all new to the memory
 
 
-def test_write_group_tips_stores_one_entry_per_step(tiny_policy, store):
-    episodes = _group(tiny_policy, None, "naive", n=2, limit=3)
+def test_write_group_tips_stores_one_entry_per_step(store):
+    policy = ScriptedPolicy()
+    episodes = _group(policy, None, "naive", n=2, limit=3)
     timings = Timings()
-    out = write_group_tips(tiny_policy, store, episodes, timings=timings)
+    out = write_group_tips(policy, store, episodes, timings=timings)
     written = [ep for ep in out if ep.tip and ep.tip.strip()]
     # One entry per step, exact duplicates skipped (paper §2): count the distinct entry texts.
     entries = {entry_text(ep.tip, s.action, ep.score) for ep in written for s in ep.steps}
@@ -210,20 +217,21 @@ def test_write_group_tips_stores_one_entry_per_step(tiny_policy, store):
     assert key.endswith("assistant: " + out[0].steps[-1].sample.text) and key == full[-KEY_TAIL_CHARS:]
 
 
-def test_side_by_side_streams_both_sides_in_one_batch(tiny_policy, store):
-    write_group_tips(tiny_policy, store, _group(tiny_policy, None, "naive", n=2, limit=3))
-    spy = SpyPolicy(tiny_policy)
+def test_side_by_side_streams_both_sides_in_one_batch(store):
+    policy = ScriptedPolicy()
+    write_group_tips(policy, store, _group(policy, None, "naive", n=2, limit=3))
+    policy.calls.clear()  # the pair's calls only
     seen: list[tuple[str, int]] = []
-    seed_policy(tiny_policy, 1)
+    seed_policy(policy, 1)
     naive, memory = play_side_by_side(
-        [TrapEnv(step_limit=3), TrapEnv(step_limit=3)], spy, store, task=TASK, variation=0, split="train",
+        [TrapEnv(step_limit=3), TrapEnv(step_limit=3)], policy, store, task=TASK, variation=0, split="train",
         seed=1, temperature=1.0, on_step=lambda side, step: seen.append((side, step.index)),
     )  # fmt: skip
     assert naive.rollout_mode == "naive" and memory.rollout_mode == "memory"
     assert naive.update_mode is None and memory.update_mode is None
     assert all(s.tips == () for s in naive.steps) and all(s.tips for s in memory.steps)
-    assert len(spy.calls) == max(len(naive.steps), len(memory.steps))
-    assert all(len(c) <= 2 for c in spy.calls) and len(spy.calls[0]) == 2
+    assert len(policy.calls) == max(len(naive.steps), len(memory.steps))
+    assert all(len(c) <= 2 for c in policy.calls) and len(policy.calls[0]) == 2
     assert sorted(seen) == sorted([("naive", s.index) for s in naive.steps] + [("memory", s.index) for s in memory.steps])
     assert naive.tip is not None and memory.tip is not None
 

@@ -74,16 +74,36 @@ class Job:
             self.data.setdefault(key, []).append(item)
             self.version += 1
 
+    def claim(self, key: str) -> bool:
+        """True the first time it is called with `key` on this job, False after (thread-safe): for a
+        follow-up that must run once per job however many pollers see it finish. Marks `data[key]`."""
+        with self.lock:
+            if self.data.get(key):
+                return False
+            self.data[key] = True
+            return True
+
     def snapshot(self) -> dict[str, Any]:
         """A consistent copy of the live data (lists copied) for rendering."""
         with self.lock:
             return {k: list(v) if isinstance(v, list) else v for k, v in self.data.items()}
 
 
-class JobRegistry:
-    """Starts jobs in threads, finds them by id, stops them, and owns the model lock."""
+KEEP_FINISHED = 32
+"""Finished jobs a registry keeps (the newest); older ones are dropped as new jobs start."""
 
-    def __init__(self) -> None:
+
+class JobRegistry:
+    """Starts jobs in threads, finds them by id, stops them, and owns the model lock.
+
+    The registry is bounded: when a job starts, finished jobs beyond the newest `keep_finished` are
+    dropped (with their data: streamed steps, reports), so a studio left running for days does not
+    keep every episode it ever streamed. Unfinished jobs are never dropped; a poller holding the id of
+    a dropped job gets None from `get`, as for any stale id.
+    """
+
+    def __init__(self, keep_finished: int = KEEP_FINISHED) -> None:
+        self.keep_finished = keep_finished
         self._jobs: dict[str, Job] = {}
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
@@ -109,6 +129,9 @@ class JobRegistry:
         with self._lock:
             job = Job(job_id=f"{kind}-{next(self._ids)}", kind=kind, label=label or kind, run_id=run_id)
             self._jobs[job.job_id] = job
+            finished = [j.job_id for j in self._jobs.values() if j.finished]  # oldest first
+            for old_id in finished[: max(len(finished) - self.keep_finished, 0)]:
+                del self._jobs[old_id]
         threading.Thread(target=self._run, args=(job, fn, uses_model), name=job.job_id, daemon=True).start()
         return job
 

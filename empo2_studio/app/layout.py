@@ -139,9 +139,8 @@ def _episodes_tab(studio: Any, run_id: gr.State) -> dict[str, Any]:
 def _refresh_saved_when_done(studio: Any) -> Any:
     def fn(rid: str, job_id: str | None) -> Any:
         job = studio.jobs.get(job_id)
-        if job is None or job.status != "done" or job.data.get("_listed"):
+        if job is None or job.status != "done" or not job.claim("_listed"):
             return gr.skip()
-        job.data["_listed"] = True
         return gr.Dropdown(choices=h.saved_pairs(studio, rid))
 
     return fn

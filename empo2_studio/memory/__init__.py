@@ -16,6 +16,7 @@ from empo2_studio.memory.tip_store import (
     EmbedderMismatchError,
     ImportResult,
     TableVersion,
+    TipMemory,
     TipStore,
     entry_text,
 )
@@ -28,6 +29,7 @@ __all__ = [
     "MAX_KEY_CHARS",
     "MAX_TIP_CHARS",
     "MiniLMEmbedder",
+    "TipMemory",
     "REEMBED_COMMAND",
     "TableVersion",
     "TipStore",

@@ -44,7 +44,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, Iterable, Literal, Sequence
+from typing import Any, Iterable, Literal, Protocol, Sequence
 
 import lancedb
 import numpy as np
@@ -86,6 +86,21 @@ class ImportResult:
 def entry_text(tip_text: str, action: str, score: float) -> str:
     """The stored content of one per-step entry (paper §2, own wording)."""
     return f"{tip_text.rstrip(' .;')}; at that step the action taken was {action}; the episode ended with score {score:.1f}/100"
+
+
+
+class TipMemory(Protocol):
+    """What the rollout and the reflection need of a tip memory (`TipStore` implements it)."""
+
+    def retrieve_explained(
+        self, task: str, variation: int, query_texts: Sequence[str]
+    ) -> list[tuple[list[RetrievedTip], list[SkippedTip]]]:
+        """Per query: the tips retrieved for it, and the nearest ones it skipped (see `TipStore`)."""
+        ...
+
+    def add_episode_tips(self, episode: Episode, tip_text: str, key_text: str) -> list[Tip]:
+        """Store an episode's tip once per step; returns the entries written. ValueError on bad input."""
+        ...
 
 
 class TipStore:

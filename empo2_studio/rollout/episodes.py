@@ -26,7 +26,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING
 
 from empo2_studio.envs import TextEnv
 from empo2_studio.policy import ActionRequest, Turn
@@ -41,6 +41,11 @@ from empo2_studio.types import (
     Step,
     UpdateMode,
 )
+
+if TYPE_CHECKING:  # annotations only: the rollout runs on any object with these members
+    from empo2_studio.algorithm import NoveltyMemory
+    from empo2_studio.memory import Embedder, TipMemory
+    from empo2_studio.policy import Policy
 
 StepCallback = Callable[[int, Step], None]
 """Called as `on_step(episode_index, step)` right after each step is executed."""
@@ -81,8 +86,8 @@ class _Live:
 
 def play_group(
     envs: Sequence[TextEnv],
-    policy: Any,
-    store: Any | None,
+    policy: Policy,
+    store: TipMemory | None,
     *,
     task: str,
     variation: int,
@@ -91,8 +96,8 @@ def play_group(
     update_mode: UpdateMode | None,
     temperature: float,
     seed: int,
-    embedder: Any | None = None,
-    novelty: Any | None = None,
+    embedder: Embedder | None = None,
+    novelty: NoveltyMemory | None = None,
     on_step: StepCallback | None = None,
     group_id: str | None = None,
     timings: Timings | None = None,
@@ -134,8 +139,8 @@ def play_group(
 
 def play_side_by_side(
     envs: Sequence[TextEnv],
-    policy: Any,
-    store: Any,
+    policy: Policy,
+    store: TipMemory,
     *,
     task: str,
     variation: int,
@@ -174,7 +179,7 @@ def play_side_by_side(
 
 
 def write_group_tips(
-    policy: Any, store: Any, episodes: Sequence[Episode], *, timings: Timings | None = None
+    policy: Policy, store: TipMemory, episodes: Sequence[Episode], *, timings: Timings | None = None
 ) -> list[Episode]:
     """Let the policy write one tip per episode and store it (paper §2; all modes, as the recipe does).
 
@@ -201,7 +206,7 @@ def write_group_tips(
     return out
 
 
-def seed_policy(policy: Any, seed: int) -> None:
+def seed_policy(policy: Policy, seed: int) -> None:
     """Seed the policy's sampling generator (`HFPolicy.generator`; sampling never reads torch's global RNG)."""
     policy.generator.manual_seed(seed)
 
@@ -235,8 +240,8 @@ def with_tips_message(step: Step, env_name: str = "") -> str:
 
 def _play(
     envs: Sequence[TextEnv],
-    policy: Any,
-    store: Any | None,
+    policy: Policy,
+    store: TipMemory | None,
     modes: Sequence[RolloutMode],
     *,
     task: str,
@@ -245,8 +250,8 @@ def _play(
     update_mode: UpdateMode | None,
     temperature: float,
     seed: int,
-    embedder: Any | None,
-    novelty: Any | None,
+    embedder: Embedder | None,
+    novelty: NoveltyMemory | None,
     on_step: StepCallback | None,
     group_id: str,
     timings: Timings | None,
@@ -295,13 +300,13 @@ def _start(
 
 def _advance(
     running: list[_Live],
-    policy: Any,
-    store: Any | None,
+    policy: Policy,
+    store: TipMemory | None,
     task: str,
     variation: int,
     temperature: float,
-    embedder: Any | None,
-    novelty: Any | None,
+    embedder: Embedder | None,
+    novelty: NoveltyMemory | None,
     on_step: StepCallback | None,
     timings: Timings,
 ) -> None:
@@ -350,7 +355,7 @@ def _advance(
 
 
 def _retrieve(
-    store: Any | None, running: list[_Live], messages: list[str], task: str, variation: int, timings: Timings
+    store: TipMemory | None, running: list[_Live], messages: list[str], task: str, variation: int, timings: Timings
 ) -> tuple[list[list[RetrievedTip]], list[list[SkippedTip]]]:
     """Tips for every running episode's next prompt, and the nearest ones not shown with the reason:
     none for naive episodes; the memory episodes' queries (their tip-free conversation so far plus the
@@ -368,7 +373,7 @@ def _retrieve(
     return found, skipped
 
 
-def _novelty(results: list, embedder: Any | None, novelty: Any | None, timings: Timings) -> list[float]:
+def _novelty(results: list, embedder: Embedder | None, novelty: NoveltyMemory | None, timings: Timings) -> list[float]:
     """Novelty bonus per reached state: 1/n for a state unlike the n similar ones seen (paper §4.3).
 
     The states reached in one lock-step are scored against the memory as it was *before* that step

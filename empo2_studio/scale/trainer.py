@@ -35,11 +35,11 @@ from typing import Any
 import torch
 
 from empo2_studio.config import RunConfig
-from empo2_studio.rollout import Timings, draw_update_mode, seed_policy
+from empo2_studio.rollout import Timings, seed_policy
 from empo2_studio.rollout.episodes import key_text
 from empo2_studio.scale.sync import GradSync
 from empo2_studio.trainer import STATE_FILE, Trainer
-from empo2_studio.types import UPDATE_MODES, IterationReport, UpdateMode
+from empo2_studio.types import IterationReport, UpdateMode
 from empo2_studio.update import policy_update
 
 GROUP_SEED_MIX = 0x9E3779B1
@@ -143,13 +143,8 @@ class DistributedTrainer(Trainer):
     # ---- one iteration -----------------------------------------------------------------------
     def step(self, *, forced_mode: UpdateMode | None = None) -> IterationReport:
         """One iteration over all ranks (module docstring); every rank returns rank 0's report."""
-        if forced_mode is not None and forced_mode not in UPDATE_MODES:
-            raise ValueError(f"forced_mode must be one of {list(UPDATE_MODES)} or None, got {forced_mode!r}")
         t_start = time.perf_counter()
-        r = self.cfg.rollout
-        mode = forced_mode or r.forced_mode or draw_update_mode(self.rng, r.p_memory, r.q_off_policy)
-        variations = [self.rng.choice(self.train_variations()) for _ in range(r.variations_per_iteration)]
-        self.iteration += 1
+        mode, variations = self.begin_iteration(forced_mode)
         mine = list(range(self.ctx.rank, len(variations), self.ctx.world_size))
         timings = Timings()
         groups = []
@@ -175,10 +170,8 @@ class DistributedTrainer(Trainer):
                         self.store.add_episode_tips(ep, ep.tip, key_text(ep))
         self._publish_adapter()
         metrics["time/gather"] = time.perf_counter() - t0
-        metrics.update(self._rollout_metrics(all_episodes, mode, timings))
         metrics["scale/processes"] = float(self.ctx.world_size)
-        metrics["time/iteration"] = time.perf_counter() - t_start
-        metrics = self.ctx.broadcast(metrics)
+        metrics = self.ctx.broadcast(self.iteration_metrics(metrics, all_episodes, mode, timings, t_start))
         report = self._record("train", mode, metrics, all_episodes)
         self.ctx.barrier()  # rank 0's writes are on disk before any rank plays the next iteration
         return report

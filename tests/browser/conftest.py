@@ -51,3 +51,22 @@ def page(browser):
 def artifacts() -> Path:
     ARTIFACTS.mkdir(exist_ok=True)
     return ARTIFACTS
+
+
+@pytest.fixture(scope="module")
+def studio_url(tmp_path_factory, port, studio_cfg):
+    """URL of a studio served for one module (trap env, tiny policy, hash embedder, `studio_cfg`),
+    with the model prepared."""
+    import torch
+
+    from empo2_studio.app import launch
+
+    torch.set_num_threads(1)
+    demo, studio = launch(
+        port=port, sessions_dir=tmp_path_factory.mktemp("sessions"), env="trap", policy="tiny",
+        embedder="hash", config=studio_cfg, block=False, quiet=True,
+    )  # fmt: skip
+    studio.jobs.wait(studio.prepare_model().job_id, 300)
+    yield demo.local_url
+    demo.close()
+    studio.close()

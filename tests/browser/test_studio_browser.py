@@ -11,35 +11,8 @@ import re
 
 import pytest
 
-from empo2_studio.config import EnvConfig, MemoryConfig, RolloutConfig, RunConfig, TrainConfig
 
 pytestmark = pytest.mark.browser
-
-
-def small_cfg() -> RunConfig:
-    return RunConfig(
-        env=EnvConfig(name="trap", task="trap-light-bulb", variations=(0, 1), step_limit=3),
-        memory=MemoryConfig(embedder="hash", similarity_threshold=-1.0),
-        rollout=RolloutConfig(group_size=2),
-        train=TrainConfig(iterations=1, learning_rate=1e-2, checkpoint_every=1),
-    )
-
-
-@pytest.fixture(scope="module")
-def studio_url(tmp_path_factory, port):
-    import torch
-
-    from empo2_studio.app import launch
-
-    torch.set_num_threads(1)
-    demo, studio = launch(
-        port=port, sessions_dir=tmp_path_factory.mktemp("sessions"), env="trap", policy="tiny",
-        embedder="hash", config=small_cfg(), block=False, quiet=True,
-    )  # fmt: skip
-    studio.jobs.wait(studio.prepare_model().job_id, 300)
-    yield demo.local_url
-    demo.close()
-    studio.close()
 
 
 def open_tab(page, name: str) -> None:
