@@ -8,7 +8,8 @@ import time
 import gradio as gr
 import pytest
 
-from empo2_studio.app import charts, handlers as h, render, sessions_tab as st, tips_handlers as th
+from empo2_studio.app import charts, handlers as h, job_panel as jp, layout, render, sessions_tab as st
+from empo2_studio.app import race_tab as rc, tips_handlers as th
 from empo2_studio.app.jobs import JobRegistry, readable_error
 from empo2_studio.app.studio import Studio
 from empo2_studio.types import ActionSample, RetrievedTip, Step
@@ -40,7 +41,7 @@ def test_job_failure_is_one_readable_line():
     job = reg.wait(reg.start("demo", boom).job_id, 5)
     assert job.status == "failed"
     assert job.error == "variation 99 not in train split; valid: 0…23"
-    assert "Traceback" not in h.job_status_html(job)
+    assert "Traceback" not in jp.job_status_html(job)
     assert readable_error(ZeroDivisionError("division by zero")) == "ZeroDivisionError: division by zero"
     # whole messages: quoted values kept, every line of a multi-line message joined
     assert readable_error(ValueError("tip text must not be empty, got ''")) == "tip text must not be empty, got ''"
@@ -98,17 +99,18 @@ def test_a_reloaded_page_attaches_to_the_newest_running_job_of_its_session():
     new = studio.jobs.start("distill", lambda j: release.wait(5), uses_model=False, run_id="a")
     other = studio.jobs.start("train", lambda j: release.wait(5), uses_model=False, run_id="b")
     try:
-        job_id, timer, seen = h.attach_running(studio, "a", None, ("train", "distill"))
+        job_id, timer, seen = jp.attach(studio.jobs, None, ("train", "distill"), run_id="a")
         assert (job_id, seen) == (new.job_id, -1) and timer.active
-        assert h.attach_running(studio, "b", None, ("train",))[0] == other.job_id
-        assert h.attach_running(studio, "a", None, ("adapt",)) == (gr.skip(),) * 3  # none running
+        assert jp.attach(studio.jobs, None, ("train",), run_id="b")[0] == other.job_id
+        assert jp.attach(studio.jobs, None, ("train",))[0] == other.job_id  # any session: the newest
+        assert jp.attach(studio.jobs, None, ("adapt",), run_id="a") == (gr.skip(),) * 3  # none running
         # the tab already follows a job it started (its click beat this load event): left alone
-        assert h.attach_running(studio, "a", "train-9", ("train",)) == (gr.skip(),) * 3
+        assert jp.attach(studio.jobs, "train-9", ("train",), run_id="a") == (gr.skip(),) * 3
     finally:
         release.set()
     for job in (old, new, other):
         studio.jobs.wait(job.job_id, 5)
-    assert h.attach_running(studio, "a", None, ("train", "distill")) == (gr.skip(),) * 3  # finished: not picked up
+    assert jp.attach(studio.jobs, None, ("train", "distill"), run_id="a") == (gr.skip(),) * 3  # finished: not picked up
 
 
 def test_a_job_finishing_while_a_poll_renders_is_polled_once_more(monkeypatch):
@@ -228,17 +230,48 @@ def test_side_by_side_streams_both_columns_and_is_saved(studio):
     job_id, _, _, seen = h.start_side_by_side(studio, RUN, "trap", TASK, 0, "train", 0, 1.0, "current")
     job = studio.jobs.wait(job_id, 120)
     assert job.status == "done", job.error
-    naive_html, memory_html, fig, status, timer, seen = h.poll_side_by_side(studio, job_id, seen)
+    status, naive_html, memory_html, fig, timer, seen = h.poll_side_by_side(studio, job_id, seen)
     naive, memory = job.result
     assert naive_html.count('class="e2-step"') == len(naive.steps) >= 1
     assert memory_html.count('class="e2-step"') == len(memory.steps) >= 1
     assert [list(t.y) for t in fig.data] == [[s.score for s in naive.steps], [s.score for s in memory.steps]]
     # nothing changed since: the next tick skips re-rendering
-    assert h.poll_side_by_side(studio, job_id, seen)[0] == gr.skip()
+    assert h.poll_side_by_side(studio, job_id, seen)[:4] == (gr.skip(),) * 4
     pairs = h.saved_pairs(studio, RUN)
     assert naive.group_id in [gid for _, gid in pairs]
     reopened = h.open_pair(studio, RUN, naive.group_id)
     assert reopened[0].count('class="e2-step"') == len(naive.steps)
+
+
+def test_a_session_switch_refreshes_every_tab_by_component(studio):
+    """The page's refresh is one {component: value} dict: each value is found by its component, so a
+    tab that adds a field cannot shift another tab's values (as the positional list could)."""
+    with gr.Blocks():
+        run_id, session_md = gr.State(RUN), gr.Markdown()
+        ep, tr, ad = (layout._episodes_tab(studio, run_id), layout._train_tab(studio, run_id),
+                      layout._adapt_tab(studio, run_id))  # fmt: skip
+        tips, race = th.build_tips_tab(studio, run_id), rc.build_race_tab(studio, run_id)
+    refresh, outputs = layout.page_refresh([layout.session_refresh(studio, session_md, ep, tr, ad),
+                                            tips["refresh"], race["refresh"]])  # fmt: skip
+    update = refresh(RUN)
+    # banner, 2 episode dropdowns, 10 form fields, 5 charts, distill ids, 2 adapt dropdowns; 7 tips; 2 race
+    assert len(outputs) == 1 + 2 + 10 + 5 + 1 + 2 + 7 + 2 and set(update) == set(outputs)
+    form = dict(zip(h.TRAIN_FIELDS, tr["form"]))
+    assert (update[form[("rollout", "group_size")]], update[form[("train", "learning_rate")]],
+            update[form[("train", "iterations")]], update[form[("rollout", "p_memory")]]) == (2, 0.01, 1, 0.25)  # fmt: skip
+    assert f"`{RUN}`" in update[session_md] and update[ep["checkpoint"]].value == "current"
+    assert update[ad["task"]].value == h.unseen_tasks(studio, RUN)[0]
+    group, limit = race["refresh"][1]
+    assert (update[group].value, update[limit].value) == (2, 3)  # studio_cfg: groups of 2, 3 steps
+    assert update[tips["refresh"][1][-1]] == TASK  # the Add form's task: the session's
+    # what Gradio 6 does with a returned dict: one value per declared output, placed by component
+    from gradio.blocks import convert_component_dict_to_list
+
+    placed = convert_component_dict_to_list(outputs, update)
+    assert placed[outputs.index(group)] is update[group] and placed[0] is update[session_md]
+    # a part returning another set of components than it declared is refused, naming the part
+    with pytest.raises(ValueError, match="returned 1 component"):
+        layout.page_refresh([(lambda rid: {group: 1}, [group, limit])])[0](RUN)
 
 
 # ---- tips tab --------------------------------------------------------------------------------------
@@ -304,7 +337,7 @@ def test_config_form_round_trip_and_validation(studio):
 
 def test_one_training_iteration_then_distill_update_the_charts(studio):
     values = h.config_form_values(studio, RUN)
-    job_id, run_id, _, _, seen = h.start_training(studio, RUN, *values)
+    job_id, _, _, seen, run_id = h.start_training(studio, RUN, *values)
     assert run_id == RUN  # unchanged form: same session
     job = studio.jobs.wait(job_id, 180)
     assert job.status == "done", job.error
@@ -326,10 +359,10 @@ def test_changed_form_trains_a_new_session(studio):
     values = h.config_form_values(studio, RUN)
     values[h.TRAIN_FIELDS.index(("rollout", "p_memory"))] = 0.9
     values[h.TRAIN_FIELDS.index(("train", "iterations"))] = 50
-    job_id, run_id, *_ = h.start_training(studio, RUN, *values)
+    job_id, *_, run_id = h.start_training(studio, RUN, *values)
     assert run_id != RUN and studio.session(run_id).config.rollout.p_memory == 0.9
     time.sleep(0.2)
-    h.stop_job(studio, job_id)
+    jp.stop(studio.jobs, job_id)
     job = studio.jobs.wait(job_id, 180)
     assert job.status == "stopped" and len(job.data.get("reports", [])) < 50
     assert studio.session(run_id).latest_checkpoint() is not None  # saved on stop
@@ -365,7 +398,7 @@ def test_stop_during_side_by_side_saves_episodes_without_tips(studio):
     before_tips = studio.store(RUN).count()
     before_eps = len(studio.session(RUN).episodes())
     job_id, *_ = h.start_side_by_side(studio, RUN, "trap", TASK, 2, "train", 5, 1.0, "current")
-    h.stop_job(studio, job_id)
+    jp.stop(studio.jobs, job_id)
     job = studio.jobs.wait(job_id, 120)
     assert job.status == "stopped" and "no tips written" in job.message
     assert len(studio.session(RUN).episodes()) == before_eps + 2

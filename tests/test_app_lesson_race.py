@@ -47,7 +47,7 @@ def test_form_checks_and_tip_boxes():
 def test_play_the_lesson_end_to_end(studio):
     with pytest.raises(gr.Error, match="empty"):
         ls.start_lesson(studio, "all", TASK, ["0"], 2, 1, "  ", "", "", "")
-    job_id, run_id, md, _, timer, seen = ls.start_lesson(studio, "all", TASK, ["0"], 2, 1, "EDITED lesson tip", "", "", "")
+    job_id, _, timer, seen, run_id, md = ls.start_lesson(studio, "all", TASK, ["0"], 2, 1, "EDITED lesson tip", "", "", "")
     assert run_id.startswith(f"lesson-{TASK}") and run_id in md and seen == -1
     job = studio.jobs.wait(job_id, 300)
     assert job.status == "done", job.error
@@ -71,7 +71,7 @@ def test_play_the_lesson_end_to_end(studio):
     assert run_id in opened[0] and [row[:2] for row in _value(opened[5])] == [[0, 2]]
 
     # Play again: the played session is kept, a new one starts from untrained weights
-    job_id2, run_id2, *_ = ls.start_lesson(studio, "naive", TASK, ["0"], 2, 1, curated_tip(TASK, 0), "", "", "")
+    job_id2, *_, run_id2, _ = ls.start_lesson(studio, "naive", TASK, ["0"], 2, 1, curated_tip(TASK, 0), "", "", "")
     assert run_id2 == run_id  # a single stage continues the current lesson session
     studio.jobs.wait(job_id2, 300)
     assert len(studio.session(run_id).episodes()) == 8

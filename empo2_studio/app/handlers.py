@@ -3,7 +3,7 @@
 Every handler takes the `Studio` first (bound with functools.partial in `layout.py`) and the widget
 values after it. Handlers that start work return a job id at once (the job runs in a worker
 thread); `poll_*` handlers render a job's live data for a `gr.Timer` tick, and return `gr.skip()`
-for outputs that have not changed. Bad input raises `gr.Error` with a readable message; nothing
+for outputs that have not changed; both keep the return convention of `job_panel` (status first). Bad input raises `gr.Error` with a readable message; nothing
 is changed in that case.
 """
 
@@ -17,7 +17,8 @@ from typing import Any, Callable, Sequence
 import gradio as gr
 
 from empo2_studio.app import charts, render, workers
-from empo2_studio.app.jobs import Job, readable_error
+from empo2_studio.app import job_panel as jp
+from empo2_studio.app.jobs import readable_error
 from empo2_studio.config import RunConfig
 
 SPLITS = ("train", "dev", "test")
@@ -37,37 +38,6 @@ def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
             raise gr.Error(readable_error(exc)) from exc
 
     return wrapper
-
-
-def job_status_html(job: Job | None) -> str:
-    """The status line of a job: a progress bar with its message (or the error)."""
-    if job is None:
-        return render.progress_html(0.0, "idle")
-    text = {"failed": f"failed: {job.error}", "waiting": job.message or "waiting"}.get(job.status, job.message)
-    return render.progress_html(job.progress, f"[{job.status}] {text}")
-
-
-def attach_running(studio: Any, run_id: str, current: str | None, kinds: Sequence[str]) -> tuple[Any, Any, Any]:
-    """On page load: the newest unfinished job of `kinds` on this session, so a reloaded page keeps
-    showing (and can stop) the work it started. Returns (job_id, timer, seen=-1), or three skips when
-    there is none or the tab already follows a job (a click can land before this load event runs)."""
-    running = [j for j in studio.jobs.running(run_id=run_id) if j.kind in kinds]  # oldest first
-    if not running or current is not None:
-        return gr.skip(), gr.skip(), gr.skip()
-    return running[-1].job_id, gr.Timer(active=True), -1
-
-
-def _before_render(job: Job) -> tuple[int, gr.Timer]:
-    """(version, timer) read BEFORE a poll renders the job. Read after, a job finishing mid-render
-    would switch the timer off under a page still showing it running, and nothing would poll again;
-    read before, a change during the render only costs one more tick."""
-    version = job.version
-    return version, gr.Timer(active=not job.finished)
-
-
-def timer_for(job: Job | None) -> gr.Timer:
-    """Keep polling while the job runs; stop the timer once it has finished."""
-    return gr.Timer(active=job is not None and not job.finished)
 
 
 # ---- Episodes tab ---------------------------------------------------------------------------------
@@ -104,7 +74,7 @@ def start_side_by_side(
     studio: Any, run_id: str, env_name: str, task: str, variation: Any, split: str,
     seed: Any, temperature: Any, checkpoint: str | None,
 ) -> tuple[str, str, Any, int]:  # fmt: skip
-    """Validate the picks and start a side-by-side job. Returns (job_id, status html, timer, seen=-1)."""
+    """Validate the picks and start a side-by-side job. Returns `job_panel.started(job)`."""
     if not task:
         raise ValueError("pick a task first")
     if variation is None or variation == "":
@@ -118,7 +88,7 @@ def start_side_by_side(
                   seed=int(seed), temperature=temperature, checkpoint=checkpoint)
     job = studio.jobs.start("episodes", lambda j: workers.side_by_side(studio, j, **kwargs),
                             label=f"side by side {task} v{variation}", run_id=run_id)
-    return job.job_id, job_status_html(job), gr.Timer(active=True), -1
+    return jp.started(job)
 
 
 def side_by_side_view(data: dict[str, Any]) -> tuple[str, str, Any]:
@@ -137,21 +107,8 @@ def side_by_side_view(data: dict[str, Any]) -> tuple[str, str, Any]:
 
 
 def poll_side_by_side(studio: Any, job_id: str | None, seen: int) -> tuple[Any, ...]:
-    """Timer tick: (naive html, memory html, chart, status, timer, seen version)."""
-    job = studio.jobs.get(job_id)
-    if job is None:
-        return gr.skip(), gr.skip(), gr.skip(), job_status_html(None), gr.Timer(active=False), seen
-    if job.version == seen:
-        return gr.skip(), gr.skip(), gr.skip(), gr.skip(), timer_for(job), seen
-    version, timer = _before_render(job)
-    naive_html, memory_html, fig = side_by_side_view(job.snapshot())
-    return naive_html, memory_html, fig, job_status_html(job), timer, version
-
-
-def stop_job(studio: Any, job_id: str | None) -> str:
-    """Ask the job to stop after its current step; returns the status html."""
-    studio.jobs.stop(job_id)
-    return job_status_html(studio.jobs.get(job_id))
+    """Timer tick: (status, naive html, memory html, chart, timer, seen version)."""
+    return jp.poll(studio.jobs, job_id, seen, 3, lambda job: side_by_side_view(job.snapshot()))
 
 
 def saved_pairs(studio: Any, run_id: str) -> list[tuple[str, str]]:
@@ -230,8 +187,8 @@ def _same_run(a: RunConfig, b: RunConfig) -> bool:
 
 
 @user_errors
-def start_training(studio: Any, run_id: str, *values: Any) -> tuple[str, str, str, Any]:
-    """Start a training job. Returns (job_id, run_id, status html, timer).
+def start_training(studio: Any, run_id: str, *values: Any) -> tuple[Any, ...]:
+    """Start a training job. Returns `job_panel.started(job, run_id)`: the trained session's id last.
 
     When the form differs from the session's config (other than the iteration count), a new session
     with the form's config is created and trained, so every session's config.json says what trained it.
@@ -247,7 +204,7 @@ def start_training(studio: Any, run_id: str, *values: Any) -> tuple[str, str, st
     iterations = cfg.train.iterations
     job = studio.jobs.start("train", lambda j: workers.train(studio, j, run_id=run_id, iterations=iterations),
                             label=f"train {run_id}", run_id=run_id)
-    return job.job_id, run_id, job_status_html(job), gr.Timer(active=True), -1
+    return jp.started(job, run_id)
 
 
 def _new_run(cfg: RunConfig, parent: str) -> RunConfig:
@@ -261,11 +218,7 @@ def train_charts(studio: Any, run_id: str) -> list[Any]:
 
 def poll_training(studio: Any, job_id: str | None, seen: int, run_id: str) -> tuple[Any, ...]:
     """Timer tick: (status html, 5 figures…, timer, seen version)."""
-    job = studio.jobs.get(job_id)
-    if job is None or job.version == seen:
-        return (job_status_html(job) if job is None else gr.skip(), *[gr.skip()] * 5, timer_for(job), seen)
-    version, timer = _before_render(job)
-    return (job_status_html(job), *train_charts(studio, run_id), timer, version)
+    return jp.poll(studio.jobs, job_id, seen, 5, lambda job: train_charts(studio, run_id))
 
 
 def distill_choices(studio: Any, run_id: str) -> list[tuple[str, str]]:
@@ -276,14 +229,14 @@ def distill_choices(studio: Any, run_id: str) -> list[tuple[str, str]]:
 
 
 @user_errors
-def start_distill(studio: Any, run_id: str, episode_ids: Sequence[str] | None) -> tuple[str, str, Any]:
-    """Start one distillation update on the picked episodes. Returns (job_id, status html, timer)."""
+def start_distill(studio: Any, run_id: str, episode_ids: Sequence[str] | None) -> tuple[Any, ...]:
+    """Start one distillation update on the picked episodes. Returns `job_panel.started(job)`."""
     if not episode_ids:
         raise ValueError("pick at least one memory episode to distill")
     ids = list(episode_ids)
     job = studio.jobs.start("distill", lambda j: workers.distill(studio, j, run_id=run_id, episode_ids=ids),
                             label=f"distill {len(ids)} episode(s)", run_id=run_id)
-    return job.job_id, job_status_html(job), gr.Timer(active=True), -1
+    return jp.started(job)
 
 
 # ---- Adapt tab ------------------------------------------------------------------------------------
@@ -296,8 +249,8 @@ def unseen_tasks(studio: Any, run_id: str) -> list[str]:
 
 
 @user_errors
-def start_adapt(studio: Any, run_id: str, checkpoint: str | None, task: str | None, trials: Any) -> tuple[str, str, Any]:
-    """Start an adaptation run (frozen weights, memory on). Returns (job_id, status html, timer)."""
+def start_adapt(studio: Any, run_id: str, checkpoint: str | None, task: str | None, trials: Any) -> tuple[Any, ...]:
+    """Start an adaptation run (frozen weights, memory on). Returns `job_panel.started(job)`."""
     if not task:
         raise ValueError("pick an unseen task")
     trials = int(trials)
@@ -307,7 +260,7 @@ def start_adapt(studio: Any, run_id: str, checkpoint: str | None, task: str | No
         "adapt", lambda j: workers.adapt(studio, j, run_id=run_id, checkpoint=checkpoint, task=task, trials=trials),
         label=f"adapt to {task}", run_id=run_id,
     )
-    return job.job_id, job_status_html(job), gr.Timer(active=True), -1
+    return jp.started(job)
 
 
 def adapt_view(data: dict[str, Any]) -> tuple[Any, str]:
@@ -321,12 +274,8 @@ def adapt_view(data: dict[str, Any]) -> tuple[Any, str]:
 
 
 def poll_adapt(studio: Any, job_id: str | None, seen: int) -> tuple[Any, ...]:
-    """Timer tick: (chart, checksum markdown, status html, timer, seen version)."""
-    job = studio.jobs.get(job_id)
-    if job is None or job.version == seen:
-        return gr.skip(), gr.skip(), job_status_html(job) if job is None else gr.skip(), timer_for(job), seen
-    version, timer = _before_render(job)
-    return (*adapt_view(job.snapshot()), job_status_html(job), timer, version)
+    """Timer tick: (status html, chart, checksum markdown, timer, seen version)."""
+    return jp.poll(studio.jobs, job_id, seen, 2, lambda job: adapt_view(job.snapshot()))
 
 
 def model_status(studio: Any) -> tuple[str, Any]:

@@ -2,27 +2,30 @@
 
 Per-browser state (`gr.State`): the open session's run id, each tab's job id and last rendered job
 version, the Tips tab's shown rows and pending deletion. Shared state (tips, runs, the model, jobs)
-lives in the `Studio`. Long work runs in `Studio.jobs`; each tab polls its job with a `gr.Timer`
-that is active only while the job runs.
+lives in the `Studio`. Long work runs in `Studio.jobs`; each job tab follows its job through a
+`job_panel.JobPanel` (status line, job id and seen states, a timer active only while the job runs).
+A session switch refreshes every tab with one `{component: value}` dict (see `page_refresh`), so no
+list has to stay aligned by position with outputs declared in another file.
 """
 
 from __future__ import annotations
 
 from functools import partial
-from typing import Any
+from typing import Any, Callable, Sequence
 
 import gradio as gr
 
 from empo2_studio.app import handlers as h
+from empo2_studio.app.job_panel import JobPanel
 from empo2_studio.app import lesson_tab as ls
 from empo2_studio.app import race_tab as rc
 from empo2_studio.app import sessions_tab as s
 from empo2_studio.app import tips_handlers as t
-from empo2_studio.app.render import progress_html
 from empo2_studio.config import LOW_PROB_RULES
 from empo2_studio.types import ENV_NAMES
 
-POLL_S = 0.5
+Refresh = tuple[Callable[[str], dict[Any, Any]], list[Any]]
+"""(fn, outputs): `fn(run_id)` returns {component: value} for exactly the components in `outputs`."""
 
 
 def build_blocks(studio: Any) -> gr.Blocks:
@@ -52,12 +55,8 @@ def build_blocks(studio: Any) -> gr.Blocks:
             with gr.Tab("Sessions", id="sessions", elem_id="tab-sessions"):
                 ses = s.build_sessions_tab(studio, run_id)
 
-        refresh_outputs = [session_md, ep["checkpoint"], ep["saved"], *tr["form"], *tr["plots"], tr["distill_ids"],
-                           ad["checkpoint"], ad["task"], *tips["refresh_outputs"], *race["refresh"][1]]
-
-        def refresh(rid: str) -> list[Any]:
-            return [*_session_refresh(studio, rid, ep, tr, ad), *tips["refresh"](rid), *race["refresh"][0](rid)]
-
+        refresh, refresh_outputs = page_refresh(
+            [session_refresh(studio, session_md, ep, tr, ad), tips["refresh"], race["refresh"]])
         demo.load(refresh, [run_id], refresh_outputs)
         demo.load(ses["listing"][0], [run_id], ses["listing"][1])
         # Episodes played elsewhere (Episodes tab, CLI) become distillable: list them when Train opens.
@@ -70,7 +69,7 @@ def build_blocks(studio: Any) -> gr.Blocks:
         demo.load(partial(h.env_changed, studio), [ep["env"], ep["split"], run_id], [ep["task"], ep["variation"]])
         # A reloaded page picks up the work still running on its session (its timer starts polling).
         for tab, kinds in ((ep, ("episodes",)), (tr, ("train", "distill")), (ad, ("adapt",)), (race, ("race",))):
-            demo.load(partial(h.attach_running, studio, kinds=kinds), [run_id, tab["poll"][0]], list(tab["poll"]))
+            tab["panel"].on_load_attach(demo, studio.jobs, kinds, run_id)
         lesson["on_load"](demo)  # the lesson's own session: its last results, and a lesson job still running
     return demo
 
@@ -81,20 +80,45 @@ def _banner(studio: Any, rid: str) -> str:
     return f"**Session** `{rid}` · {cfg.env.name} · {cfg.env.task} · {n} checkpoint(s)"
 
 
-def _session_refresh(studio: Any, rid: str, ep: dict, tr: dict, ad: dict) -> list[Any]:
-    ckpts = h.checkpoint_choices(studio, rid)
-    banner = _banner(studio, rid)
-    tasks = h.unseen_tasks(studio, rid)
-    return [
-        banner,
-        gr.Dropdown(choices=ckpts, value="current"),
-        gr.Dropdown(choices=h.saved_pairs(studio, rid), value=None),
-        *h.config_form_values(studio, rid),
-        *h.train_charts(studio, rid),
-        gr.Dropdown(choices=h.distill_choices(studio, rid), value=[]),
-        gr.Dropdown(choices=ckpts, value=ckpts[-1][1] if len(ckpts) > 1 else "current"),
-        gr.Dropdown(choices=tasks, value=tasks[0] if tasks else None),
-    ]
+def page_refresh(parts: Sequence[Refresh]) -> Refresh:
+    """The parts' refreshes as one: its fn merges their dicts, its outputs are theirs in order.
+    ValueError (at the event, naming the tab's fn) when a part returns other components than it declared,
+    which Gradio would otherwise report only as an unnamed output."""
+
+    def refresh(rid: str) -> dict[Any, Any]:
+        merged: dict[Any, Any] = {}
+        for fn, outputs in parts:
+            update = fn(rid)
+            if set(update) != set(outputs):
+                raise ValueError(f"{getattr(fn, '__qualname__', fn)} returned {len(update)} component(s), "
+                                 f"declared {len(outputs)}")  # fmt: skip
+            merged.update(update)
+        return merged
+
+    return refresh, [c for _, outputs in parts for c in outputs]
+
+
+def session_refresh(studio: Any, session_md: Any, ep: dict, tr: dict, ad: dict) -> Refresh:
+    """What a session switch renews in the banner and the Episodes, Train and Adapt tabs."""
+
+    def refresh(rid: str) -> dict[Any, Any]:
+        ckpts = h.checkpoint_choices(studio, rid)
+        tasks = h.unseen_tasks(studio, rid)
+        return {
+            session_md: _banner(studio, rid),
+            ep["checkpoint"]: gr.Dropdown(choices=ckpts, value="current"),
+            ep["saved"]: gr.Dropdown(choices=h.saved_pairs(studio, rid), value=None),
+            # both follow `h.TRAIN_FIELDS` / `charts.train_figures`; strict: a changed count fails here
+            **dict(zip(tr["form"], h.config_form_values(studio, rid), strict=True)),
+            **dict(zip(tr["plots"], h.train_charts(studio, rid), strict=True)),
+            tr["distill_ids"]: gr.Dropdown(choices=h.distill_choices(studio, rid), value=[]),
+            ad["checkpoint"]: gr.Dropdown(choices=ckpts, value=ckpts[-1][1] if len(ckpts) > 1 else "current"),
+            ad["task"]: gr.Dropdown(choices=tasks, value=tasks[0] if tasks else None),
+        }
+
+    outputs = [session_md, ep["checkpoint"], ep["saved"], *tr["form"], *tr["plots"], tr["distill_ids"],
+               ad["checkpoint"], ad["task"]]  # fmt: skip
+    return refresh, outputs
 
 
 def _episodes_tab(studio: Any, run_id: gr.State) -> dict[str, Any]:
@@ -111,7 +135,7 @@ def _episodes_tab(studio: Any, run_id: gr.State) -> dict[str, Any]:
                                  value="current", elem_id="ep-checkpoint")
         run = gr.Button("▶ Run side by side", variant="primary", elem_id="ep-run")
         stop = gr.Button("■ Stop", elem_id="ep-stop")
-    status = gr.HTML(progress_html(0.0, "idle"), elem_id="ep-status")
+    panel = JobPanel.create("ep")
     with gr.Row(equal_height=False):
         naive = gr.HTML(elem_id="ep-naive")
         memory = gr.HTML(elem_id="ep-memory")
@@ -119,21 +143,18 @@ def _episodes_tab(studio: Any, run_id: gr.State) -> dict[str, Any]:
     with gr.Row():
         saved = gr.Dropdown(label="Saved episode pairs of this session", choices=[], elem_id="ep-saved", scale=3)
         reopen = gr.Button("Reopen", elem_id="ep-reopen")
-    job_id, seen = gr.State(None), gr.State(-1)
-    timer = gr.Timer(POLL_S, active=False)
 
     env.input(partial(h.env_changed, studio), [env, split, run_id], [task, variation])
     task.change(partial(h.task_changed, studio), [env, task, split], [variation])
     split.change(partial(h.task_changed, studio), [env, task, split], [variation])
-    run.click(partial(h.start_side_by_side, studio), [run_id, env, task, variation, split, seed, temperature, checkpoint],
-              [job_id, status, timer, seen])
-    timer.tick(partial(h.poll_side_by_side, studio), [job_id, seen], [naive, memory, chart, status, timer, seen],
-               show_progress="hidden", concurrency_limit=None).then(
-        _refresh_saved_when_done(studio), [run_id, job_id], saved, show_progress="hidden")
-    stop.click(partial(h.stop_job, studio), [job_id], status)
-    reopen.click(partial(h.open_pair, studio), [run_id, saved], [naive, memory, chart, status])
+    panel.on_start(run.click, partial(h.start_side_by_side, studio),
+                   [run_id, env, task, variation, split, seed, temperature, checkpoint])
+    panel.on_poll(partial(h.poll_side_by_side, studio), [naive, memory, chart]).then(
+        _refresh_saved_when_done(studio), [run_id, panel.job_id], saved, show_progress="hidden")
+    panel.on_stop(stop, studio.jobs)
+    reopen.click(partial(h.open_pair, studio), [run_id, saved], [naive, memory, chart, panel.status])
     return {"env": env, "split": split, "task": task, "variation": variation, "checkpoint": checkpoint, "saved": saved,
-            "poll": (job_id, timer, seen)}
+            "panel": panel}
 
 
 def _refresh_saved_when_done(studio: Any) -> Any:
@@ -164,11 +185,15 @@ def _train_tab(studio: Any, run_id: gr.State) -> dict[str, Any]:
         delta = gr.Number(label="δ (log-prob threshold ≤ 0)", elem_id="tr-delta")
         intrinsic = gr.Number(label="Intrinsic reward coef", elem_id="tr-intrinsic")
         iterations = gr.Number(label="Iterations", precision=0, elem_id="tr-iterations")
-    form = [p_memory, q_off, group, lora_r, lora_alpha, lr, mask, delta, intrinsic, iterations]
+    by_field = {("rollout", "p_memory"): p_memory, ("rollout", "q_off_policy"): q_off, ("rollout", "group_size"): group,
+                ("policy", "lora_r"): lora_r, ("policy", "lora_alpha"): lora_alpha, ("train", "learning_rate"): lr,
+                ("algo", "low_prob_mask"): mask, ("algo", "low_prob_threshold"): delta,
+                ("algo", "intrinsic_coef"): intrinsic, ("train", "iterations"): iterations}  # fmt: skip
+    form = [by_field[f] for f in h.TRAIN_FIELDS]  # the order `config_form_values` / `start_training` use
     with gr.Row():
         start = gr.Button("▶ Start training", variant="primary", elem_id="tr-start")
         stop = gr.Button("■ Stop after this iteration", elem_id="tr-stop")
-    status = gr.HTML(progress_html(0.0, "idle"), elem_id="tr-status")
+    panel = JobPanel.create("tr")
     with gr.Row():
         plots = [gr.Plot(show_label=False, elem_id=e) for e in ("tr-score", "tr-loss", "tr-clip")]
     with gr.Row():
@@ -178,19 +203,16 @@ def _train_tab(studio: Any, run_id: gr.State) -> dict[str, Any]:
             distill_ids = gr.Dropdown(label="Memory episodes to distill", multiselect=True, choices=[],
                                       elem_id="tr-distill-ids", scale=4)
             distill = gr.Button("Distill now", elem_id="tr-distill")
-    job_id, seen = gr.State(None), gr.State(-1)
-    timer = gr.Timer(POLL_S, active=False)
 
-    started = start.click(partial(h.start_training, studio), [run_id, *form], [job_id, run_id, status, timer, seen])
-    distill.click(partial(h.start_distill, studio), [run_id, distill_ids], [job_id, status, timer, seen])
-    timer.tick(partial(h.poll_training, studio), [job_id, seen, run_id], [status, *plots, timer, seen],
-               show_progress="hidden", concurrency_limit=None)
-    stop.click(partial(h.stop_job, studio), [job_id], status)
+    started = panel.on_start(start.click, partial(h.start_training, studio), [run_id, *form], run_id)
+    panel.on_start(distill.click, partial(h.start_distill, studio), [run_id, distill_ids])
+    panel.on_poll(partial(h.poll_training, studio), plots, [run_id])
+    panel.on_stop(stop, studio.jobs)
 
     def switched(fn: Any, outputs: list[Any]) -> None:
         started.then(fn, [run_id], outputs)
 
-    return {"form": form, "plots": plots, "distill_ids": distill_ids, "switched": switched, "poll": (job_id, timer, seen)}
+    return {"form": form, "plots": plots, "distill_ids": distill_ids, "switched": switched, "panel": panel}
 
 
 def _adapt_tab(studio: Any, run_id: gr.State) -> dict[str, Any]:
@@ -203,13 +225,10 @@ def _adapt_tab(studio: Any, run_id: gr.State) -> dict[str, Any]:
         trials = gr.Slider(1, 20, value=5, step=1, label="Trials K", elem_id="ad-trials")
         start = gr.Button("▶ Adapt", variant="primary", elem_id="ad-start")
         stop = gr.Button("■ Stop", elem_id="ad-stop")
-    status = gr.HTML(progress_html(0.0, "idle"), elem_id="ad-status")
+    panel = JobPanel.create("ad")
     chart = gr.Plot(show_label=False, elem_id="ad-chart")
     checksum = gr.Markdown(elem_id="ad-checksum")
-    job_id, seen = gr.State(None), gr.State(-1)
-    timer = gr.Timer(POLL_S, active=False)
-    start.click(partial(h.start_adapt, studio), [run_id, checkpoint, task, trials], [job_id, status, timer, seen])
-    timer.tick(partial(h.poll_adapt, studio), [job_id, seen], [chart, checksum, status, timer, seen],
-               show_progress="hidden", concurrency_limit=None)
-    stop.click(partial(h.stop_job, studio), [job_id], status)
-    return {"checkpoint": checkpoint, "task": task, "poll": (job_id, timer, seen)}
+    panel.on_start(start.click, partial(h.start_adapt, studio), [run_id, checkpoint, task, trials])
+    panel.on_poll(partial(h.poll_adapt, studio), [chart, checksum])
+    panel.on_stop(stop, studio.jobs)
+    return {"checkpoint": checkpoint, "task": task, "panel": panel}

@@ -22,9 +22,10 @@ from typing import Any, Sequence
 import gradio as gr
 
 from empo2_studio.app import charts
-from empo2_studio.app.handlers import _before_render, job_status_html, timer_for, user_errors
+from empo2_studio.app import job_panel as jp
+from empo2_studio.app.handlers import user_errors
+from empo2_studio.app.job_panel import JobPanel
 from empo2_studio.app.jobs import Job
-from empo2_studio.app.render import progress_html
 from empo2_studio.config import EnvConfig, RunConfig
 from empo2_studio.lesson import (
     PLAY_STAGES, STAGE_TITLES, STAGES, TRAP_TASKS, Lesson, LessonSettings, StageResult, curated_tip,
@@ -146,8 +147,8 @@ def tips_from_boxes(variations: Sequence[int], texts: Sequence[Any]) -> dict[int
 def start_lesson(
     studio: Any, stage: str, task: str, variations: Any, episodes: Any, distill_steps: Any, *tips: Any
 ) -> tuple[Any, ...]:
-    """Start the whole lesson (`stage` "all") or one stage as a job. Returns (job id, lesson run id,
-    session markdown, status html, timer, seen=-1)."""
+    """Start the whole lesson (`stage` "all") or one stage as a job. Returns
+    `job_panel.started(job, lesson run id, session markdown)`."""
     if stage != "all" and stage not in STAGES:
         raise ValueError(f"unknown lesson stage {stage!r}; valid: all, {', '.join(STAGES)}")
     if studio.jobs.running(JOB_KIND):
@@ -166,7 +167,7 @@ def start_lesson(
                                                                  stage=stage, tips=texts),
                             label=f"{label} on {run_id}", run_id=run_id)  # fmt: skip
     job.update(lesson_run_id=run_id, lesson_stage=stage)
-    return job.job_id, run_id, session_markdown(studio, run_id), job_status_html(job), gr.Timer(active=True), -1
+    return jp.started(job, run_id, session_markdown(studio, run_id))
 
 
 def run_lesson_job(
@@ -247,17 +248,14 @@ def _results_of(data: dict[str, Any]) -> dict[str, StageResult]:
 def poll_lesson(studio: Any, job_id: str | None, seen: int) -> tuple[Any, ...]:
     """Timer tick: (status html, 4 tables, chart, session markdown, timer, seen version). Stages the
     job has not played show the session's earlier results; the session line is renewed at the end."""
-    job = studio.jobs.get(job_id)
-    if job is None:
-        return (job_status_html(None), *[gr.skip()] * 6, gr.Timer(active=False), seen)
-    if job.version == seen:
-        return (*[gr.skip()] * 7, timer_for(job), seen)
-    version, timer = _before_render(job)
-    data = job.snapshot()
-    results = {**_saved_results(studio, job), **_results_of(data)}
-    run_id = data.get("lesson_run_id")
-    session_md = session_markdown(studio, run_id) if job.finished and run_id else gr.skip()
-    return (job_status_html(job), *lesson_view(results), session_md, timer, version)
+
+    def draw(job: Job) -> tuple[Any, ...]:
+        data = job.snapshot()
+        results = {**_saved_results(studio, job), **_results_of(data)}
+        run_id = data.get("lesson_run_id")
+        return (*lesson_view(results), session_markdown(studio, run_id) if job.finished and run_id else gr.skip())
+
+    return jp.poll(studio.jobs, job_id, seen, 6, draw)
 
 
 def _saved_results(studio: Any, job: Job) -> dict[str, StageResult]:
@@ -270,11 +268,6 @@ def _saved_results(studio: Any, job: Job) -> dict[str, StageResult]:
     except KeyError:
         return {}
     return results_from_metrics(session.metrics(), session.config.env.task)
-
-
-def stop_lesson(studio: Any, job_id: str | None) -> str:
-    studio.jobs.stop(job_id)
-    return job_status_html(studio.jobs.get(job_id))
 
 
 def session_markdown(studio: Any, run_id: str) -> str:
@@ -295,14 +288,6 @@ def lesson_opened(studio: Any, task: str | None, variations: Any) -> tuple[Any, 
     if (studio.root / run_id / "config.json").is_file():
         results = results_from_metrics(studio.session(run_id).metrics(), task)
     return (session_markdown(studio, run_id), *tip_boxes(task, variations), *lesson_view(results))
-
-
-def attach_lesson(studio: Any, current: str | None) -> tuple[Any, Any, Any]:
-    """On page load: follow the newest running lesson job (any session), unless the tab already does."""
-    running = studio.jobs.running(JOB_KIND)
-    if not running or current is not None:
-        return gr.skip(), gr.skip(), gr.skip()
-    return running[-1].job_id, gr.Timer(active=True), -1
 
 
 # ---- the tab -----------------------------------------------------------------------------------------
@@ -340,7 +325,7 @@ def build_lesson_tab(studio: Any) -> dict[str, Any]:
         stage_buttons = {stage: gr.Button(STAGE_TITLES[stage], elem_id=f"ls-stage-{stage}", size="sm")
                          for stage in STAGES}  # fmt: skip
         stop = gr.Button("■ Stop", elem_id="ls-stop")
-    status = gr.HTML(progress_html(0.0, "idle"), elem_id="ls-status")
+    panel = JobPanel.create("ls")
     with gr.Row(equal_height=False):
         with gr.Column():
             chart = gr.Plot(show_label=False, elem_id="ls-chart")
@@ -352,23 +337,20 @@ def build_lesson_tab(studio: Any) -> dict[str, Any]:
                     label=STAGE_TITLES[stage], interactive=False, elem_id=f"ls-table-{stage}", max_height=220,
                 )  # fmt: skip
             tables = [shown[stage] for stage in (*PLAY_STAGES, "distill")]  # the order `lesson_view` returns
-    job_id, seen, lesson_rid = gr.State(None), gr.State(-1), gr.State(None)
-    timer = gr.Timer(0.5, active=False)
+    lesson_rid = gr.State(None)
 
     form = [task, variations, episodes, distill_steps, *boxes]
-    started_outputs = [job_id, lesson_rid, session_md, status, timer, seen]
-    play.click(partial(start_lesson, studio, "all"), form, started_outputs)
+    panel.on_start(play.click, partial(start_lesson, studio, "all"), form, lesson_rid, session_md)
     for stage, button in stage_buttons.items():
-        button.click(partial(start_lesson, studio, stage), form, started_outputs)
-    timer.tick(partial(poll_lesson, studio), [job_id, seen], [status, *tables, chart, session_md, timer, seen],
-               show_progress="hidden", concurrency_limit=None)  # fmt: skip
-    stop.click(partial(stop_lesson, studio), [job_id], status)
+        panel.on_start(button.click, partial(start_lesson, studio, stage), form, lesson_rid, session_md)
+    panel.on_poll(partial(poll_lesson, studio), [*tables, chart, session_md])
+    panel.on_stop(stop, studio.jobs)
     opened_outputs = [session_md, *boxes, *tables, chart]
     task.input(partial(lesson_opened, studio), [task, variations], opened_outputs)
     variations.input(lambda t, v: tip_boxes(t, v), [task, variations], boxes)
 
     def on_load(demo: gr.Blocks) -> None:
         demo.load(partial(lesson_opened, studio), [task, variations], opened_outputs)
-        demo.load(partial(attach_lesson, studio), [job_id], [job_id, timer, seen])
+        panel.on_load_attach(demo, studio.jobs, (JOB_KIND,))  # any session: the lesson runs on its own
 
-    return {"on_load": on_load, "poll": (job_id, timer, seen)}
+    return {"on_load": on_load, "panel": panel}

@@ -16,9 +16,10 @@ import gradio as gr
 import pandas as pd
 
 from empo2_studio.app import charts
-from empo2_studio.app.handlers import _before_render, job_status_html, timer_for, user_errors
+from empo2_studio.app import job_panel as jp
+from empo2_studio.app.handlers import user_errors
+from empo2_studio.app.job_panel import JobPanel
 from empo2_studio.app.jobs import Job
-from empo2_studio.app.render import progress_html
 from empo2_studio.race import ARM_LABELS, ARMS, Race, arm_rows_summary, lora_state
 
 JOB_KIND = "race"
@@ -53,7 +54,7 @@ def race_defaults(studio: Any, run_id: str) -> tuple[int, int, Any]:
 
 @user_errors
 def start_race(studio: Any, run_id: str, iterations: Any, group_size: Any, step_limit: Any) -> tuple[Any, ...]:
-    """Start the race as a job. Returns (job id, status html, timer, seen=-1)."""
+    """Start the race as a job. Returns `job_panel.started(job)`."""
     if studio.jobs.running(JOB_KIND):
         raise ValueError("a race is already running; stop it first")
     cfg = race_config(studio, run_id, iterations, group_size, step_limit)
@@ -61,7 +62,7 @@ def start_race(studio: Any, run_id: str, iterations: Any, group_size: Any, step_
     n = cfg.train.iterations
     job = studio.jobs.start(JOB_KIND, lambda j: run_race_job(studio, j, run_id=run_id, cfg=cfg, iterations=n),
                             label=f"race EMPO² vs GRPO on {run_id}", run_id=run_id)  # fmt: skip
-    return job.job_id, job_status_html(job), gr.Timer(active=True), -1
+    return jp.started(job)
 
 
 def run_race_job(studio: Any, job: Job, *, run_id: str, cfg: Any, iterations: int) -> dict[str, list[dict]]:
@@ -104,18 +105,7 @@ def race_view(data: dict[str, Any]) -> tuple[Any, Any]:
 
 def poll_race(studio: Any, job_id: str | None, seen: int) -> tuple[Any, ...]:
     """Timer tick: (status html, chart, table, timer, seen version)."""
-    job = studio.jobs.get(job_id)
-    if job is None:
-        return job_status_html(None), gr.skip(), gr.skip(), gr.Timer(active=False), seen
-    if job.version == seen:
-        return gr.skip(), gr.skip(), gr.skip(), timer_for(job), seen
-    version, timer = _before_render(job)
-    return (job_status_html(job), *race_view(job.snapshot()), timer, version)
-
-
-def stop_race(studio: Any, job_id: str | None) -> str:
-    studio.jobs.stop(job_id)
-    return job_status_html(studio.jobs.get(job_id))
+    return jp.poll(studio.jobs, job_id, seen, 2, lambda job: race_view(job.snapshot()))
 
 
 INTRO = (
@@ -138,19 +128,17 @@ def build_race_tab(studio: Any, run_id: gr.State) -> dict[str, Any]:
         limit = gr.Number(limit0, label="Step limit (blank = the task's)", precision=0, elem_id="rc-step-limit")
         start = gr.Button("▶ Start the race", variant="primary", elem_id="rc-start")
         stop = gr.Button("■ Stop after this iteration", elem_id="rc-stop")
-    status = gr.HTML(progress_html(0.0, "idle"), elem_id="rc-status")
+    panel = JobPanel.create("rc")
     chart = gr.Plot(show_label=False, elem_id="rc-chart")
     table = gr.Dataframe(headers=TABLE_HEADERS, value=[], interactive=False, label="Per iteration",
                          elem_id="rc-table", max_height=260)  # fmt: skip
-    job_id, seen = gr.State(None), gr.State(-1)
-    timer = gr.Timer(0.5, active=False)
-    start.click(partial(start_race, studio), [run_id, iterations, group, limit], [job_id, status, timer, seen])
-    timer.tick(partial(poll_race, studio), [job_id, seen], [status, chart, table, timer, seen],
-               show_progress="hidden", concurrency_limit=None)  # fmt: skip
-    stop.click(partial(stop_race, studio), [job_id], status)
+    panel.on_start(start.click, partial(start_race, studio), [run_id, iterations, group, limit])
+    panel.on_poll(partial(poll_race, studio), [chart, table])
+    panel.on_stop(stop, studio.jobs)
 
-    def refresh(rid: str) -> list[Any]:
-        n, g, s = race_defaults(studio, rid)
-        return [gr.Number(value=g), gr.Number(value=s)]
+    def refresh(rid: str) -> dict[Any, Any]:
+        """A session switch: that session's group size and step limit (the iteration count is kept)."""
+        _, g, s = race_defaults(studio, rid)
+        return {group: gr.Number(value=g), limit: gr.Number(value=s)}
 
-    return {"poll": (job_id, timer, seen), "refresh": (refresh, [group, limit])}
+    return {"panel": panel, "refresh": (refresh, [group, limit])}

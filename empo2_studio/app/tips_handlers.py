@@ -307,12 +307,12 @@ def build_tips_tab(studio: Any, run_id: gr.State) -> dict[str, Any]:
     then_reload(upload.upload(partial(import_tips, studio), [run_id, upload], status))
     then_reload(restore.click(partial(restore_version, studio), [run_id, versions], status))
 
-    def refresh_for(rid: str) -> list[Any]:
+    def refresh_for(rid: str) -> dict[Any, Any]:
+        """A session switch: that session's tips, unfiltered, and its task in the Add form."""
         frame, sel, msg = show(rid, ALL, "", ALL, ALL, "")
-        task = studio.session(rid).config.env.task
-        return [task_choices(studio, rid), frame, frame, sel, msg, version_choices(studio, rid), task]
+        return {f_task: task_choices(studio, rid), table: frame, shown: frame, selected: sel, status: msg,
+                versions: version_choices(studio, rid), a_task: studio.session(rid).config.env.task}  # fmt: skip
 
-    return {"refresh": refresh_for,
-            "refresh_outputs": [f_task, table, shown, selected, status, versions, a_task],
+    return {"refresh": (refresh_for, [f_task, table, shown, selected, status, versions, a_task]),
             # opening the tab shows what episodes and training wrote meanwhile, under the current filters
             "on_open": (reload_with_count, filters, [*listing, status])}

@@ -1,0 +1,100 @@
+"""The job-panel convention every job tab keeps (start / poll / stop / attach), torch-free."""
+
+from __future__ import annotations
+
+import threading
+
+import gradio as gr
+import pytest
+
+from empo2_studio.app import job_panel as jp
+from empo2_studio.app.jobs import JobRegistry
+
+
+def _running(reg: JobRegistry, release: threading.Event, **kw):
+    job = reg.start("demo", lambda j: release.wait(5), uses_model=False, **kw)
+    while job.status != "running":
+        release.wait(0.01)
+    return job
+
+
+def test_started_puts_id_status_timer_and_seen_first_then_the_extras():
+    reg, release = JobRegistry(), threading.Event()
+    job = _running(reg, release)
+    try:
+        job_id, status, timer, seen, run_id, md = jp.started(job, "run-a", "**md**")
+        assert (job_id, seen, run_id, md) == ("demo-1", -1, "run-a", "**md**")
+        assert "[running]" in status and timer.active
+    finally:
+        release.set()
+
+
+def test_poll_draws_once_per_version_and_stops_the_timer_when_done():
+    reg, release = JobRegistry(), threading.Event()
+    job = _running(reg, release)
+    drawn = []
+
+    def draw(j):
+        drawn.append(j.version)
+        return f"view of v{j.version}", j.data.get("n", 0)
+
+    status, view, n, timer, seen = jp.poll(reg, job.job_id, -1, 2, draw)
+    assert "[running]" in status and (view, n) == (f"view of v{seen}", 0) and timer.active
+    assert seen == job.version and drawn == [seen]
+    # nothing changed since: every output skipped, the timer kept running, seen unchanged, no draw
+    assert jp.poll(reg, job.job_id, seen, 2, draw)[:3] == (gr.skip(),) * 3
+    *_, timer, again = jp.poll(reg, job.job_id, seen, 2, draw)
+    assert timer.active and again == seen and len(drawn) == 1
+    job.update(n=7)  # one update: one version more, one redraw
+    assert jp.poll(reg, job.job_id, seen, 2, draw)[1:3] == (f"view of v{seen + 1}", 7)
+    release.set()
+    reg.wait(job.job_id, 5)
+    status, _, _, timer, last = jp.poll(reg, job.job_id, seen + 1, 2, draw)
+    assert "[done]" in status and not timer.active and last == job.version
+
+
+def test_poll_of_an_unknown_job_shows_idle_and_stops():
+    reg = JobRegistry()
+    status, a, b, timer, seen = jp.poll(reg, "train-99", 4, 2, lambda j: ("never", "drawn"))
+    assert "idle" in status and (a, b) == (gr.skip(), gr.skip()) and not timer.active and seen == 4
+    assert jp.poll(reg, None, -1, 0, lambda j: ())[0] == jp.job_status_html(None)
+
+
+def test_a_draw_returning_another_count_than_declared_is_an_error():
+    reg, release = JobRegistry(), threading.Event()
+    job = _running(reg, release)
+    try:
+        with pytest.raises(ValueError, match="draws 3 views, got 2"):
+            jp.poll(reg, job.job_id, -1, 3, lambda j: ("a", "b"))
+    finally:
+        release.set()
+
+
+def test_stop_asks_the_job_and_returns_its_status():
+    reg, release = JobRegistry(), threading.Event()
+    job = _running(reg, release)
+    html = jp.stop(reg, job.job_id)
+    assert job.stop_requested and "stopping" in html
+    release.set()
+    assert reg.wait(job.job_id, 5).status == "stopped"
+    assert "idle" in jp.stop(reg, "nope-1")
+
+
+def test_the_panel_wires_every_tab_the_same_way():
+    with gr.Blocks() as demo:
+        panel = jp.JobPanel.create("xx")
+        run_id, button, stop_button = gr.State("a"), gr.Button(), gr.Button()
+        chart, table = gr.Plot(), gr.HTML()
+        panel.on_start(button.click, lambda rid: None, [run_id], run_id)
+        panel.on_poll(lambda *a: None, [chart, table], [run_id])
+        panel.on_stop(stop_button, JobRegistry())
+    start, tick, stop = list(demo.fns.values())[-3:]
+
+    def ids(blocks):
+        return [b._id for b in blocks]
+
+    assert panel.status.elem_id == "xx-status"
+    assert ids(start.outputs) == ids([panel.job_id, panel.status, panel.timer, panel.seen, run_id])
+    assert ids(tick.inputs) == ids([panel.job_id, panel.seen, run_id])
+    assert ids(tick.outputs) == ids([panel.status, chart, table, panel.timer, panel.seen])
+    assert (ids(stop.inputs), ids(stop.outputs)) == (ids([panel.job_id]), ids([panel.status]))
