@@ -14,11 +14,13 @@ import pytest
 import torch
 
 from empo2_studio.config import EnvConfig, MemoryConfig, RolloutConfig, RunConfig, TrainConfig
+from empo2_studio.envs.trap import TrapEnv
 from empo2_studio.memory import make_embedder
 from empo2_studio.rollout.episodes import KEY_TAIL_CHARS
 from empo2_studio.sessions import Session
 from empo2_studio.trainer import MODE_CODE, Trainer
 from empo2_studio.types import Episode, Step
+from fakes import ScriptedPolicy
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -47,6 +49,44 @@ def _named(policy):
 
 def _params(policy):
     return [p.detach().clone() for p in policy.trainable_parameters()]
+
+
+def test_one_iteration_on_the_scripted_policy_moves_its_shift_by_the_worked_gradient(tmp_path):
+    """A whole `Trainer.step` (rollout, advantages, update, AdamW) without a tokenizer or model.
+
+    Variation 0 of trap-light-bulb: the first episode of the group plays the gold path ("go to
+    kitchen" 13 bytes, "focus on green light bulb" 25, "turn on green light bulb" 24: 62 tokens,
+    score 100), the second the decoy reflex ("focus on red light bulb", 23 tokens, −100, over).
+    Returns ±100, so the advantages are ±100/std = ±1/√2 (std of [100, −100] with ddof 1 is 100√2).
+    At shift 0 every ratio is 1 and the token-mean loss is −(62 − 23)/(√2 · 85) = −0.32444, which is
+    also d loss / d shift, so |grad| = 0.32444 (under the clip of 1). AdamW's first step moves a
+    parameter by lr · g/|g|: the shift goes from 0 to +0.01 (lr), raising every action's log-prob,
+    since the winning episode has more tokens than the losing one.
+    """
+    env, task = TrapEnv(), "trap-light-bulb"
+    plans = [env.gold_path(task, 0), env.focus_first_path(task, 0)]
+    roles: dict[str, int] = {}  # episode key → its plan, in the order the episodes first ask
+
+    def script(request):
+        return plans[roles.setdefault(request.key, len(roles))][len(request.turns) - 1]
+
+    cfg = small_cfg(env={"variations": (0,)}, algo={"intrinsic_coef": 0.0})  # returns = scores
+    session = Session.create(tmp_path / "sessions", cfg)
+    policy = ScriptedPolicy(script, logprob=-0.5)
+    trainer = Trainer(session.config, session, policy=policy, embedder=make_embedder("hash"))
+    report = trainer.step(forced_mode="on-policy")
+    episodes = session.episodes(list(report.episode_ids))
+    assert [(ep.score, len(ep.steps)) for ep in episodes] == [(100.0, 3), (-100.0, 1)]
+    m = report.metrics
+    assert (m["train/turns"], m["train/tokens"], m["ratio/mean"]) == (4.0, 85.0, 1.0)
+    assert m["loss/policy"] == pytest.approx(-39 / (85 * 2**0.5), rel=1e-5)
+    assert m["grad/norm"] == pytest.approx(39 / (85 * 2**0.5), rel=1e-5)
+    assert float(policy.shift.detach()) == pytest.approx(0.01, abs=1e-6)
+    # the checkpoint keeps the trained shift, and a resumed trainer (a fresh policy) starts from it
+    trainer.save_checkpoint()
+    resumed = Trainer.resume(session, policy=ScriptedPolicy(script), embedder=make_embedder("hash"))
+    assert resumed.iteration == 1
+    assert float(resumed.policy.shift.detach()) == pytest.approx(0.01, abs=1e-6)
 
 
 def test_one_step_changes_lora_weights_and_no_base_weight(tmp_path, tiny_policy):
