@@ -200,6 +200,27 @@ def test_novelty_bonus_matches_a_replay_in_lock_step_order(embedder):
     assert all(ep.steps[0].intrinsic_reward == 1.0 for ep in episodes)  # step-0 states are all new to the memory
 
 
+class _HalvingNovelty:
+    """Only what `NoveltyReward` asks for: `reward` pays 1, 1/2, 1/4, … over the visits it records."""
+
+    def __init__(self) -> None:
+        self.visits = 0
+
+    def reward(self, vector) -> float:
+        self.visits += 1
+        return 0.5 ** (self.visits - 1)
+
+
+def test_the_rollout_needs_only_the_novelty_reward_protocol(embedder):
+    # 2 episodes of 3 steps: each lock-step scores its 2 states on copies of the memory as it was
+    # before the step (visits 0, 2, 4 → bonuses 1, 1/4, 1/16 for both), then records both visits.
+    novelty = _HalvingNovelty()
+    episodes = _group(ScriptedPolicy(script=lambda r: "look around"), None, "naive", n=2, limit=3,
+                      embedder=embedder, novelty=novelty)  # fmt: skip
+    assert [[s.intrinsic_reward for s in ep.steps] for ep in episodes] == [[1.0, 0.25, 0.0625]] * 2
+    assert novelty.visits == 6  # every reached state recorded once on the memory itself
+
+
 def test_write_group_tips_stores_one_entry_per_step(store):
     policy = ScriptedPolicy()
     episodes = _group(policy, None, "naive", n=2, limit=3)

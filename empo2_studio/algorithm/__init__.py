@@ -13,13 +13,14 @@ from empo2_studio.algorithm.losses import (
     low_prob_mask,
     tapered_off_policy_loss,
 )
-from empo2_studio.algorithm.novelty import NoveltyMemory
+from empo2_studio.algorithm.novelty import NoveltyMemory, NoveltyReward
 from empo2_studio.algorithm.schedule import draw_update_mode
 
 __all__ = [
     "LOSS_AGGS",
     "LOW_PROB_RULES",
     "NoveltyMemory",
+    "NoveltyReward",
     "aggregate",
     "clipped_surrogate_loss",
     "draw_update_mode",

@@ -19,7 +19,23 @@ and multiplies the reward by `AlgoConfig.intrinsic_coef`.
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import numpy as np
+
+
+class NoveltyReward(Protocol):
+    """What the rollout needs of a novelty memory (`NoveltyMemory` implements it).
+
+    The rollout scores the states reached in one lock-step on `copy.deepcopy` copies of the memory, so
+    an implementation must deep-copy into an independent memory; then it records each state once by
+    calling `reward` on the memory itself. (Not named after the concrete class, which keeps its name:
+    trainer checkpoints pickle `NoveltyMemory` instances by their qualified name.)
+    """
+
+    def reward(self, vector: np.ndarray) -> float:
+        """The bonus of the state embedded as `vector` ((dim,), any non-zero norm); records the visit."""
+        ...
 
 
 class NoveltyMemory:

@@ -43,7 +43,7 @@ from empo2_studio.types import (
 )
 
 if TYPE_CHECKING:  # annotations only: the rollout runs on any object with these members
-    from empo2_studio.algorithm import NoveltyMemory
+    from empo2_studio.algorithm import NoveltyReward
     from empo2_studio.memory import Embedder, TipMemory
     from empo2_studio.policy import Policy
 
@@ -97,7 +97,7 @@ def play_group(
     temperature: float,
     seed: int,
     embedder: Embedder | None = None,
-    novelty: NoveltyMemory | None = None,
+    novelty: NoveltyReward | None = None,
     on_step: StepCallback | None = None,
     group_id: str | None = None,
     timings: Timings | None = None,
@@ -115,7 +115,8 @@ def play_group(
         temperature: sampling temperature (train 1.0, eval 0.4).
         seed: recorded on the episodes; the caller seeds the sampler.
         embedder, novelty: embed each reached observation and score it with the novelty memory
-            (`NoveltyMemory.reward(vector)`, paper §4.3); both None disables the bonus (0.0).
+            (`NoveltyReward.reward(vector)`, e.g. a `NoveltyMemory`, paper §4.3); both None disables
+            the bonus (0.0).
         on_step: streaming callback `(episode_index, Step)`.
         group_id: shared by the episodes (a fresh id when None).
         timings: accumulates sampling / env / memory seconds.
@@ -251,7 +252,7 @@ def _play(
     temperature: float,
     seed: int,
     embedder: Embedder | None,
-    novelty: NoveltyMemory | None,
+    novelty: NoveltyReward | None,
     on_step: StepCallback | None,
     group_id: str,
     timings: Timings | None,
@@ -306,7 +307,7 @@ def _advance(
     variation: int,
     temperature: float,
     embedder: Embedder | None,
-    novelty: NoveltyMemory | None,
+    novelty: NoveltyReward | None,
     on_step: StepCallback | None,
     timings: Timings,
 ) -> None:
@@ -373,7 +374,7 @@ def _retrieve(
     return found, skipped
 
 
-def _novelty(results: list, embedder: Embedder | None, novelty: NoveltyMemory | None, timings: Timings) -> list[float]:
+def _novelty(results: list, embedder: Embedder | None, novelty: NoveltyReward | None, timings: Timings) -> list[float]:
     """Novelty bonus per reached state: 1/n for a state unlike the n similar ones seen (paper §4.3).
 
     The states reached in one lock-step are scored against the memory as it was *before* that step
