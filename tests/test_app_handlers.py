@@ -355,6 +355,35 @@ def test_one_training_iteration_then_distill_update_the_charts(studio):
         h.start_distill(studio, RUN, [])
 
 
+def test_the_train_tab_runs_on_the_scripted_policy(tmp_path, studio_cfg):
+    """Start → job → poll on a studio whose policy is `ScriptedPolicy` (no tokenizer, no model): the
+    group of `test_trainer`'s worked example (gold path 100, decoy −100, 62 and 23 action tokens)."""
+    import json
+
+    from empo2_studio.envs.trap import TrapEnv
+    from fakes import ScriptedPolicy
+
+    plans = [TrapEnv().gold_path(TASK, 0), TrapEnv().focus_first_path(TASK, 0)]
+    roles: dict[str, int] = {}
+    policy = ScriptedPolicy(lambda r: plans[roles.setdefault(r.key, len(roles))][len(r.turns) - 1])
+    cfg = studio_cfg.with_overrides(env={"variations": (0,)}, rollout={"p_memory": 0.0}, algo={"intrinsic_coef": 0.0})
+    s = Studio(tmp_path, env="trap", policy=policy, embedder="hash", config=cfg)
+    try:
+        job_id, _, timer, seen, run_id = h.start_training(s, RUN, *h.config_form_values(s, RUN))
+        assert (run_id, seen) == (RUN, -1) and timer.active
+        job = s.jobs.wait(job_id, 120)
+        assert job.status == "done", job.error
+        status, score, losses, *_, timer, seen = h.poll_training(s, job_id, -1, RUN)
+        assert "[done]" in status and not timer.active and seen == job.version
+        assert [(t.name, list(t.x), list(t.y)) for t in score.data] == [("on-policy", [1.0], [0.0])]  # (100 − 100)/2
+        loss = {t.name: list(t.y) for t in losses.data}["loss/policy"]
+        assert loss == [pytest.approx(-39 / (85 * 2**0.5), rel=1e-5)]
+        iteration, path = s.session(RUN).latest_checkpoint()
+        assert iteration == 1 and json.loads((path / "adapter_config.json").read_text())["shift"] == pytest.approx(0.01)
+    finally:
+        s.close()
+
+
 def test_changed_form_trains_a_new_session(studio):
     values = h.config_form_values(studio, RUN)
     values[h.TRAIN_FIELDS.index(("rollout", "p_memory"))] = 0.9
