@@ -78,6 +78,10 @@ class PolicyConfig:
     """LoRA dropout; 0 keeps behaviour and training log-probs identical (ratio 1 at step 0)."""
     lora_target_modules: tuple[str, ...] = ()
     """Module names to adapt; empty = the attention and MLP projections of the architecture."""
+    lora_layers: int | None = None
+    """LoRA on the last N transformer layers only (autograd then stops there: the backward pass and
+    its stored activations cover N layers, not all); None = the layout of the adapter the run starts
+    from (`adapter` or the warm start, which adapts the embedded model's last 12 of 30), else every layer."""
     gradient_checkpointing: bool = False
     """Trade compute for memory in the backward pass (useful for 7B models on one GPU)."""
     max_action_tokens: int = 32
@@ -229,6 +233,8 @@ class RunConfig:
         _choice("policy.decoding", p.decoding, DECODINGS)
         _positive("policy.lora_r", p.lora_r)
         _positive("policy.lora_alpha", p.lora_alpha)
+        if p.lora_layers is not None:
+            _positive("policy.lora_layers", p.lora_layers)
         _between("policy.lora_dropout", p.lora_dropout, 0.0, 1.0)
         _positive("policy.max_action_tokens", p.max_action_tokens)
         _positive("policy.max_tip_tokens", p.max_tip_tokens)

@@ -427,5 +427,6 @@ def _compat_fields(cfg: RunConfig) -> dict[str, Any]:
         "policy.lora_r": p.lora_r,
         "policy.lora_alpha": p.lora_alpha,
         "policy.lora_target_modules": tuple(p.lora_target_modules),
+        "policy.lora_layers": p.lora_layers,
         "memory.embedder": cfg.memory.embedder,
     }

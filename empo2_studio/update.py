@@ -102,19 +102,20 @@ def conversation(episode: Episode, update_mode: UpdateMode, *, n_turns: int | No
     ]
 
 
-def trainable_turns(policy: Policy, episode: Episode, update_mode: UpdateMode, max_tokens: int) -> int:
-    """How many leading turns of `episode` fit in `max_tokens` (that turn's prompt + response tokens).
-
-    Counts with the policy's own chat format: the end offset of each action in the packed conversation
-    ids, or each turn's rendered prompt plus its action when the template is not packable.
-    """
+def turn_ends(policy: Policy, episode: Episode, update_mode: UpdateMode) -> list[int]:
+    """Each turn's prompt + response length in tokens, counted with the policy's own chat format: the
+    end offset of each action in the packed conversation ids, or each turn's rendered prompt plus its
+    action when the template is not packable. Non-decreasing (the history only grows)."""
     turns = conversation(episode, update_mode)
     fmt = policy.chat_format
     if fmt.packed:
-        ends = [end for _, end in fmt.conversation_ids(turns)[1]]
-    else:
-        ends = [len(fmt.turn_prompt_ids(turns, i)) + len(t.action_ids) for i, t in enumerate(turns)]
-    return sum(1 for end in ends if end <= max_tokens)  # ends grow with the history
+        return [end for _, end in fmt.conversation_ids(turns)[1]]
+    return [len(fmt.turn_prompt_ids(turns, i)) + len(t.action_ids) for i, t in enumerate(turns)]
+
+
+def trainable_turns(policy: Policy, episode: Episode, update_mode: UpdateMode, max_tokens: int) -> int:
+    """How many leading turns of `episode` fit in `max_tokens` (that turn's prompt + response tokens)."""
+    return sum(1 for end in turn_ends(policy, episode, update_mode) if end <= max_tokens)
 
 
 def policy_update(
@@ -139,17 +140,21 @@ def policy_update(
     Returns:
         Metrics (last epoch for loss/ratio/mask, summed times): `loss/policy`, `loss/kl`, `ratio/*`,
         `mask/low_prob_frac`, `grad/norm`, `guard/skipped` (1 if any pass was skipped),
-        `train/turns`, `train/tokens`, `train/dropped_turns`, `time/scoring`, `time/backward`.
+        `train/turns`, `train/tokens`, `train/dropped_turns`, `train/context_tokens` (tokens through
+        the with-grad forward, all passes), `time/scoring`, `time/backward`.
 
     Raises:
         ValueError: `advantages` and `episodes` differ in length.
     """
     if len(advantages) != len(episodes):
         raise ValueError(f"need one advantage per episode, got {len(advantages)} for {len(episodes)} episodes")
-    keep = [trainable_turns(policy, ep, update_mode, settings.max_train_tokens) for ep in episodes]
+    ends = [turn_ends(policy, ep, update_mode) for ep in episodes]
+    keep = [sum(1 for end in e if end <= settings.max_train_tokens) for e in ends]
     items = [(ep, float(a), k) for ep, a, k in zip(episodes, advantages, keep) if k > 0]
     metrics: dict[str, float] = {
         "train/dropped_turns": float(sum(len(ep.steps) for ep in episodes) - sum(keep)),
+        # tokens through the graded (with-grad) forward, every pass: what the CPU pays per update
+        "train/context_tokens": float(settings.update_epochs * sum(e[k - 1] for e, k in zip(ends, keep) if k)),
         "time/scoring": 0.0,
         "time/backward": 0.0,
         "guard/skipped": 0.0,
@@ -161,7 +166,7 @@ def policy_update(
     if not signal:
         # Every advantage is 0 (all returns equal): the loss is identically 0, nothing to learn.
         metrics.update({"loss/policy": 0.0, "loss/kl": 0.0, "mask/low_prob_frac": 0.0, "train/turns": 0.0})
-        metrics.update({"train/tokens": 0.0, "grad/norm": 0.0, "train/no_signal": 1.0})
+        metrics.update({"train/tokens": 0.0, "grad/norm": 0.0, "train/no_signal": 1.0, "train/context_tokens": 0.0})
         return metrics
     for _ in range(settings.update_epochs):
         epoch = _one_pass(policy, optimizer, items, update_mode, settings)

@@ -5,20 +5,21 @@ The embedded SmolLM2-135M-Instruct does not act on a tip in its prompt: with a c
 benchmarks/bench_lesson.py). The paper's 7B model could follow instructions; this adapter gives the
 135M model that one skill before any EMPO² training, and both arms of every comparison start from it.
 
-What it learns (supervised, on the constrained-decoding distribution over the step's valid actions):
-in a trap episode whose prompt carries notes, the next action the notes imply. The data never uses the
-variations the benchmarks measure on: only the trap's *dev* layouts (variations 24–35 of every task),
-with notes in the two forms the studio produces (a teacher's curated tip, and the structured
-"[from the record]" line a played episode writes), sometimes next to an uninformative note, and
-trajectories that start with 0–2 detours so the model also learns to recover. Prompts without notes are
-not trained on, yet the note-free policy moves too (measured in benchmarks/bench_lesson.py): the base
-model's reflex at the hallway is a decoy ("turn on <a look-alike>" 0.25–0.31, the most likely action;
-each door 0.12–0.24; trap-light-bulb variations 0, 1, 36, 37, compact prompt); after the warm start it is
-one fixed door, "go to bedroom" (0.98), whatever the layout, so naive episodes fail wherever the target
-is not behind that door and often succeed where it is. Anchoring the note-free prompts to the base
-model's distribution (a KL term on them) is the next step; it costs about twice the training time.
+What it learns, on the constrained-decoding distribution over the step's valid actions:
+1. in a trap episode whose prompt carries notes, the next action the notes imply (likelihood of that
+   action). The data never uses the variations the benchmarks measure on: only the trap's *dev* layouts
+   (variations 24–35 of every task), with notes in the two forms the studio produces (a teacher's curated
+   tip, and the structured "[from the record]" line a played episode writes), sometimes next to an
+   uninformative note, and trajectories that start with 0–2 detours so the model also learns to recover;
+2. on the same layouts *without* notes, nothing new: a KL(base ‖ adapted) term over the allowed tokens
+   at every action position of random note-free walks keeps the note-free policy at the base model's.
+   Without it (the first version) the note-free reflex became one fixed door ("go to bedroom", 0.98, on
+   every layout), so naive episodes won wherever the target was behind it and the trap stopped trapping.
 
-    .venv/bin/python scripts/make_warmstart.py            # ~10 min on a 2-core CPU; writes assets/warmstart/
+LoRA adapts the last 12 of the 30 layers (`--last-layers`): autograd stops there, so every later
+backward pass of a run costs 12 layers, not 30, and stores their activations only.
+
+    .venv/bin/python scripts/make_warmstart.py            # ~15 min on a 2-core CPU; writes assets/warmstart/
     .venv/bin/python scripts/make_warmstart.py --epochs 1 --out /tmp/ws   # a quick try elsewhere
 
 The output is a PEFT adapter directory plus `warmstart.json` (what it was trained on, its loss curve).
@@ -101,6 +102,24 @@ def notes_for(task: str, variation: int, rng: random.Random) -> list[str]:
     return [good]
 
 
+def anchor_conversation(task: str, variation: int, rng: random.Random, step_limit: int = 8) -> list[tuple[str, str, tuple[str, ...]]]:
+    """A note-free random walk on a layout, as (user text, action, valid actions) turns: doors are
+    preferred (60 %) so the walk reaches other rooms before a focus ends it."""
+    env = TrapEnv(step_limit=step_limit)
+    obs = env.reset(task, variation)
+    turns = []
+    for i in range(step_limit):
+        user = prompts.first_user_message("trap", obs, ()) if i == 0 else prompts.step_user_message(obs, "trap")
+        doors = [a for a in obs.valid_actions if a.startswith("go to")]
+        action = rng.choice(doors) if doors and rng.random() < 0.6 else rng.choice(obs.valid_actions)
+        turns.append((user, action, obs.valid_actions))
+        res = env.step(action)
+        obs = res.observation
+        if res.done:
+            break
+    return turns
+
+
 def conversation(task: str, variation: int, rng: random.Random, step_limit: int = 8) -> tuple[list[Turn], list[int]]:
     """A note-following episode as policy turns, and the indices of the turns to learn from."""
     from empo2_studio.policy.tokens import ChatFormat  # noqa: F401  (format comes from the policy)
@@ -137,6 +156,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch", type=int, default=4, help="conversations per optimizer step")
     ap.add_argument("--lr", type=float, default=5e-4)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--last-layers", type=int, default=12, help="LoRA on the model's last N layers")
+    ap.add_argument("--anchor-weight", type=float, default=1.0, help="weight of the note-free KL anchor")
     args = ap.parse_args(argv)
 
     import torch
@@ -145,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.manual_seed(args.seed)
     rng = random.Random(args.seed)
-    policy = load_policy(PolicyConfig(quantization="none", warm_start="none"))
+    policy = load_policy(PolicyConfig(quantization="none", warm_start="none", lora_layers=args.last_layers))
     fmt = policy.chat_format
     env = TrapEnv()
     layouts = [(t, v) for t in TASKS for v in env.variations(t, "dev")]
@@ -156,29 +177,40 @@ def main(argv: list[str] | None = None) -> int:
     for epoch in range(args.epochs):
         data = [conversation(t, v, rng) for t, v in layouts for _ in range(args.per_layout)]
         rng.shuffle(data)
+        anchors = [anchor_conversation(t, v, rng) for t, v in layouts for _ in range(args.per_layout)]
+        rng.shuffle(anchors)
+        anchor_convs = [[Turn(u, fmt.encode(a) + (fmt.eot_id,), valid) for u, a, valid in w] for w in anchors]
+        with torch.no_grad(), policy.no_adapter():  # the base model's note-free distributions, fixed
+            base = [policy.allowed_logprobs(c) for c in anchor_convs]
         for b in range(0, len(data), args.batch):
             batch = data[b : b + args.batch]
             convs = [[Turn(u, fmt.encode(a) + (fmt.eot_id,), valid) for u, a, valid in turns] for turns, _ in batch]
             logps = policy.score(convs)
             picked = [logps[c][i] for c, (_, learn) in enumerate(batch) for i in learn]
-            tokens = torch.cat(picked)
-            loss = -tokens.mean()
+            nll = -torch.cat(picked).mean()
+            kls = []
+            for c in range(b, min(b + args.batch, len(anchor_convs))):
+                for ref, cur in zip(base[c], policy.allowed_logprobs(anchor_convs[c]), strict=True):
+                    kls.append((ref.exp() * (ref - cur)).sum())
+            kl = torch.stack(kls).mean() if kls else nll.new_zeros(())
+            loss = nll + args.anchor_weight * kl
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(policy.trainable_parameters(), 1.0)
             opt.step()
             acc = float(torch.stack([p.sum() for p in picked]).exp().mean())
-            history.append({"epoch": epoch, "step": len(history), "loss": float(loss), "p_action": acc})
+            history.append({"epoch": epoch, "step": len(history), "loss": float(nll), "kl": float(kl), "p_action": acc})
             print(f"epoch {epoch} batch {b // args.batch + 1}/{-(-len(data) // args.batch)} "
-                  f"loss {float(loss):.3f} mean P(action) {acc:.2f} [{time.time() - t0:.0f} s]", flush=True)
+                  f"nll {float(nll):.3f} kl {float(kl):.4f} mean P(action) {acc:.2f} [{time.time() - t0:.0f} s]", flush=True)
     policy.model.eval()
     args.out.mkdir(parents=True, exist_ok=True)
     policy.save_adapter(str(args.out))
     _to_half(args.out / "adapter_model.safetensors")
     meta = {
         "base_model": EMBEDDED_MODEL,
-        "trained_on": "trap dev variations 24-35 of every task (never train/test), prompts with notes only",
-        "epochs": args.epochs, "per_layout": args.per_layout, "batch": args.batch, "lr": args.lr, "seed": args.seed,
+        "trained_on": "trap dev variations 24-35 of every task (never train/test): note-following "
+        "turns (likelihood) and note-free random walks (KL to the base model)",
+        "last_layers": args.last_layers, "anchor_weight": args.anchor_weight, "epochs": args.epochs, "per_layout": args.per_layout, "batch": args.batch, "lr": args.lr, "seed": args.seed,
         "seconds": round(time.time() - t0, 1), "history": history,
     }  # fmt: skip
     (args.out / "warmstart.json").write_text(json.dumps(meta, indent=1))
@@ -189,7 +221,8 @@ def main(argv: list[str] | None = None) -> int:
 
 CARD = """# Warm-start LoRA adapter for {base_model}
 
-Built by `scripts/make_warmstart.py` (seed {seed}, {epochs} epochs, lr {lr}, {seconds} s on this machine's CPU).
+Built by `scripts/make_warmstart.py` (seed {seed}, {epochs} epochs, lr {lr}, LoRA on the last {last_layers}
+layers, note-free KL anchor weight {anchor_weight}, {seconds} s on this machine's CPU).
 Trained on: {trained_on}. It teaches the embedded model one skill the paper's 7B model already had: to take
 the action its notes imply, among the step's valid actions. Every run on the embedded model starts from it
 (`--policy.warm-start none` starts from an untrained LoRA instead); `warmstart.json` holds the loss curve.

@@ -60,15 +60,13 @@ def test_compact_style_for_the_trap_exact():
     # few-shot runs are not shown in the compact style
     assert first_user_message("trap", OBS, ("look around\nYou see a lamp.",)) == (
         "Task: Your task is to turn on the red light bulb. First, focus on the red light bulb. Then, turn it on. "
-        "Focusing on anything else fails the task. Reply with one action from the list.\n\n"
-        "Observation: You are in the hallway. You see a door to the kitchen.\n"
-        "Actions: go to kitchen | look around"
+        "Focusing on anything else fails the task. Reply with one action.\n\n"
+        "Observation: You are in the hallway. You see a door to the kitchen."
     )
     held = Observation(**{**{f: getattr(OBS, f) for f in OBS.__slots__}, "inventory": "In your inventory, you see: a watering can."})
     assert step_user_message(held, "trap") == (
         "Observation: You are in the hallway. You see a door to the kitchen.\n"
-        "In your inventory, you see: a watering can.\n"
-        "Actions: go to kitchen | look around"
+        "In your inventory, you see: a watering can."
     )
 
 

@@ -150,6 +150,14 @@ def test_length_cut_drops_every_turn_from_the_first_too_long(packed):
     assert m["loss/policy"] == pytest.approx((-2.0 + 1.5 - 4.0) / 7, abs=1e-6)
 
 
+@pytest.mark.parametrize("packed", [False, True])
+def test_context_tokens_count_every_kept_conversation(packed):
+    """Kept conversations end at 203 (e1), 103 (e2), 102 (e3): 408 tokens through the graded forward;
+    under a 150-token limit e1 keeps its first turn (102): 102 + 103 + 102 = 307."""
+    assert _update(ScoringFake(packed=packed))["train/context_tokens"] == 408.0
+    assert _update(ScoringFake(packed=packed), max_tokens=150)["train/context_tokens"] == 307.0
+
+
 def test_an_episode_with_no_turn_left_is_not_scored():
     policy = ScoringFake()
     m = _update(policy, max_tokens=102)  # e2's only turn ends at 103

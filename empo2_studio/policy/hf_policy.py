@@ -173,6 +173,24 @@ class HFPolicy:
             out.append(list(torch.split(logp, [e - s for s, e in spans])))
         return out
 
+    def allowed_logprobs(self, conversation: Sequence[Turn], *, temperature: float = 1.0) -> list[torch.Tensor]:
+        """Log-probs over the allowed next tokens at every action-token position of one conversation
+        (constrained decoding: the step's valid-action trie; one packed forward, as `score`).
+
+        Returns one 1-D tensor per action token, over that position's allowed token ids in
+        `ActionTrie.masks` order (sums to 1 in probability); gradients flow when grad is enabled.
+        Used to match a whole distribution, e.g. a KL anchor to the base model (scripts/make_warmstart.py).
+        ValueError: free decoding (no allowed set), or a conversation `score` would refuse.
+        """
+        if self.decoding != "constrained":
+            raise ValueError("allowed_logprobs needs constrained decoding (free decoding allows every token)")
+        temp = self._check_conversations([conversation], temperature)[0]
+        ids, spans = self.chat_format.conversation_ids(conversation)
+        positions = [p for s, e in spans for p in range(s - 1, e - 1)]
+        logits = self._logits(ids, positions) / temp
+        masks = self._masks(conversation) or []
+        return [torch.log_softmax(row[m], dim=-1) for row, m in zip(logits, masks, strict=True)]
+
     def score_per_turn(
         self, conversations: Sequence[Sequence[Turn]], *, temperature: float | Sequence[float] = 1.0
     ) -> list[list[torch.Tensor]]:
@@ -305,7 +323,7 @@ class HFPolicy:
             raise ValueError(f"{str(path)!r} is not a PEFT adapter directory (needs {cfg_file.name} and {weights.name})")
         saved = json.loads(cfg_file.read_text())
         ours = self.model.peft_config["default"]
-        problem = adapter_config_mismatch(saved, self.base_model_name, ours.r, ours.target_modules)
+        problem = adapter_config_mismatch(saved, self.base_model_name, ours.r, ours.target_modules, ours.layers_to_transform)
         if problem:
             raise ValueError(f"adapter {str(path)!r} {problem}")
         # Shapes first: a size mismatch inside set_peft_model_state_dict comes after the tensors that

@@ -240,8 +240,35 @@ def default_lora_targets(model: Any) -> tuple[str, ...]:
     return llama or tuple(available)
 
 
-def add_lora(model: Any, cfg: PolicyConfig) -> Any:
-    """Wrap `model` in a fresh peft LoRA adapter; ValueError naming a target module that is missing."""
+def lora_layer_indices(model: Any, last: int | None) -> list[int] | None:
+    """Indices of the transformer layers LoRA adapts: the model's last `last` layers; None = all.
+    ValueError when `last` exceeds the model's layer count."""
+    if last is None:
+        return None
+    n = int(model.config.num_hidden_layers)
+    if last > n:
+        raise ValueError(f"policy.lora_layers must be at most the model's {n} layers, got {last}")
+    return list(range(n - last, n))
+
+
+def adapter_last_layers(folder: Path | str) -> int | None:
+    """How many last layers the adapter in `folder` adapts (its `layers_to_transform`); None = every
+    layer, or no readable adapter config (the adapter check reports that one)."""
+    import json
+
+    try:
+        saved = json.loads((Path(folder) / ADAPTER_CONFIG).read_text())
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    layers = saved.get("layers_to_transform") if isinstance(saved, dict) else None
+    if isinstance(layers, int) and not isinstance(layers, bool):
+        layers = [layers]
+    return len(layers) if isinstance(layers, list) and layers else None
+
+
+def add_lora(model: Any, cfg: PolicyConfig, last_layers: int | None = None) -> Any:
+    """Wrap `model` in a fresh peft LoRA adapter on its last `last_layers` layers (None = all);
+    ValueError naming a target module that is missing or a layer count the model does not have."""
     from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
 
     available = linear_module_names(model)
@@ -251,6 +278,7 @@ def add_lora(model: Any, cfg: PolicyConfig) -> Any:
         raise ValueError(
             f"policy.lora_target_modules {missing} not found in the model; available linear modules: {available}"
         )
+    layers = lora_layer_indices(model, last_layers)
     if getattr(model, "is_loaded_in_4bit", False) or getattr(model, "is_loaded_in_8bit", False):
         model = prepare_model_for_kbit_training(
             model, use_gradient_checkpointing=cfg.gradient_checkpointing
@@ -264,6 +292,7 @@ def add_lora(model: Any, cfg: PolicyConfig) -> Any:
         lora_alpha=cfg.lora_alpha,
         lora_dropout=cfg.lora_dropout,
         target_modules=list(targets),
+        layers_to_transform=layers,
         task_type="CAUSAL_LM",
     )
     return get_peft_model(model, lora).eval()
@@ -390,7 +419,8 @@ def check_adapter(path: str | Path, cfg: PolicyConfig) -> None:
     with torch.device("meta"):
         base = AutoModelForCausalLM.from_config(base_model_config(cfg.model))
     targets = tuple(cfg.lora_target_modules) or default_lora_targets(base)
-    problem = adapter_config_mismatch(saved, cfg.model, cfg.lora_r, targets)
+    layers = cfg.lora_layers if cfg.lora_layers is not None else adapter_last_layers(folder)
+    problem = adapter_config_mismatch(saved, cfg.model, cfg.lora_r, targets, lora_layer_indices(base, layers))
     if problem:
         raise ValueError(f"adapter {str(cfg_file)!r} {problem}")
     rank = saved.get("r") if isinstance(saved.get("r"), int) and not saved.get("rank_pattern") else None
@@ -400,10 +430,12 @@ def check_adapter(path: str | Path, cfg: PolicyConfig) -> None:
         raise ValueError(f"adapter {str(weights)!r} does not fit base model {cfg.model!r}: {problems[0]}{more}")
 
 
-def adapter_config_mismatch(saved: dict[str, Any], base_name: str, r: int, targets: Any) -> str | None:
+def adapter_config_mismatch(
+    saved: dict[str, Any], base_name: str, r: int, targets: Any, layers: list[int] | None = None
+) -> str | None:
     """Why an adapter config (`adapter_config.json` as a dict) does not match a policy with base model
-    `base_name`, LoRA rank `r` and `targets`; None when it matches (shared by `check_adapter` and
-    `HFPolicy.load_adapter`)."""
+    `base_name`, LoRA rank `r`, `targets` and adapted layer indices `layers` (None = all); None when it
+    matches (shared by `check_adapter` and `HFPolicy.load_adapter`)."""
     base = saved.get("base_model_name_or_path")
     if base != base_name:
         return f"was saved for base model {base!r}, this policy is {base_name!r}"
@@ -411,6 +443,13 @@ def adapter_config_mismatch(saved: dict[str, Any], base_name: str, r: int, targe
     theirs = sorted(theirs) if isinstance(theirs, (list, tuple)) else theirs
     if saved.get("r") != r or theirs != sorted(targets):
         return f"has r={saved.get('r')} targets={theirs}; this policy has r={r} targets={sorted(targets)}"
+    their_layers = saved.get("layers_to_transform")
+    their_layers = [their_layers] if isinstance(their_layers, int) else their_layers
+    if sorted(their_layers or []) != sorted(layers or []):
+        def show(x: Any) -> str:
+            return f"layers {x[0]}–{x[-1]}" if x else "every layer"
+
+        return f"adapts {show(sorted(their_layers or []))}; this policy adapts {show(sorted(layers or []))}"
     return None
 
 
@@ -438,7 +477,10 @@ def load_policy(cfg: PolicyConfig) -> Any:
     warm = warm_start_dir(cfg)
     model_loc, tok_loc = resolve_model(cfg.model)
     tokenizer = load_tokenizer(tok_loc)
-    model = add_lora(load_base_model(model_loc, quantization, device), cfg)
+    start = cfg.adapter or (str(warm) if warm is not None else None)
+    # A run that starts from an adapter takes its layer layout unless the config names one.
+    last = cfg.lora_layers if cfg.lora_layers is not None else (adapter_last_layers(start) if start else None)
+    model = add_lora(load_base_model(model_loc, quantization, device), cfg, last)
     policy = HFPolicy(
         model,
         tokenizer,
@@ -469,9 +511,10 @@ def build_tiny_policy(
     lora_r: int = 4,
     max_action_tokens: int = 32,
     max_tip_tokens: int = 16,
+    lora_layers: int | None = None,
 ) -> Any:
     """A small random-initialised Llama (2 layers, hidden 64) with the real SmolLM2 tokenizer and a
-    LoRA adapter: the same `HFPolicy` as the real model, for fast tests (~1 s once the tokenizer is
+    LoRA adapter (on the last `lora_layers` layers; None = both): the same `HFPolicy` as the real model, for fast tests (~1 s once the tokenizer is
     cached). With quantization "4bit"/"8bit" the random weights go through a temporary checkpoint so
     they are quantized by exactly the code path of `load_policy`."""
     import torch
@@ -503,7 +546,7 @@ def build_tiny_policy(
             model = load_base_model(tmp, quantization, "cpu")
     cfg = PolicyConfig(model=TINY_MODEL_NAME, quantization=quantization, decoding=decoding, lora_r=lora_r)  # type: ignore[arg-type]
     torch.manual_seed(seed)
-    model = add_lora(model, cfg)
+    model = add_lora(model, cfg, lora_layers)
     return HFPolicy(
         model,
         tokenizer,

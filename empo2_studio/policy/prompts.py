@@ -3,11 +3,13 @@
 Two prompt styles, chosen by environment (`PROMPT_STYLES`):
 
 - "paper" (ScienceWorld): the structure of the paper's appendix, described below.
-- "compact" (the exploration trap): task, one-line instruction, observation, and the step's valid
-  actions listed ("Actions: a | b | c"); no few-shot runs. Tips go at the very end of the message, right
-  before the agent answers, as a short "Notes" list. Departure, measured in benchmarks/bench_lesson.py:
-  the embedded 135M model reads the notes only when they are short, close to the answer and phrased in
-  the valid-action wording, and every prompt token is paid for at every step on a CPU.
+- "compact" (the exploration trap): task, one-line instruction and observation (which names the room's
+  objects and doors); no few-shot runs and no list of the valid actions: under constrained decoding they
+  reach the model through the decoder, and the list was half of every turn's tokens (every prompt token
+  is paid for at every step, in sampling and in scoring, on a CPU). Tips go at the very end of the
+  message, right before the agent answers, as a short "Notes" list. Departure, measured in
+  benchmarks/bench_lesson.py: the embedded 135M model reads the notes only when they are short, close to
+  the answer and phrased in the valid-action wording.
 
 Step 0's user message holds the instructions, the few-shot example runs, the task, the allowed action
 formats, the `look around` hint, the items that may be focused on, the inventory and the first
@@ -72,7 +74,7 @@ def _examples_block(fewshot: Sequence[str]) -> str:
 
 PROMPT_STYLES: dict[str, str] = {"trap": "compact"}
 """Prompt style per environment name; environments not listed use "paper"."""
-COMPACT_INSTRUCTION = "Reply with one action from the list."
+COMPACT_INSTRUCTION = "Reply with one action."
 COMPACT_NOTES_HEADER = "Notes from your earlier attempts:"
 
 
@@ -86,13 +88,12 @@ def _compact_state(obs: Observation) -> str:
     lines = [f"Observation: {obs.text.strip()}"]
     if inventory and "nothing" not in inventory:
         lines.append(inventory)
-    lines.append("Actions: " + " | ".join(obs.valid_actions))
     return "\n".join(lines)
 
 
 def first_user_message(env_name: str, obs: Observation, fewshot: Sequence[str]) -> str:
     """Step 0's user message: instructions, few-shot runs, task, formats, hints, inventory, observation
-    ("paper" style), or task, instruction, observation and valid actions ("compact" style)."""
+    ("paper" style), or task, instruction and observation ("compact" style)."""
     if prompt_style(env_name) == "compact":
         return (
             f"Task: {obs.task_description} Focusing on anything else fails the task. "
@@ -116,7 +117,7 @@ def first_user_message(env_name: str, obs: Observation, fewshot: Sequence[str]) 
 
 def step_user_message(obs: Observation, env_name: str = "") -> str:
     """The user message of a later step: the new observation and the one-action instruction
-    ("paper" style), or the observation and the valid actions ("compact" style)."""
+    ("paper" style), or the observation (and inventory when it holds something) ("compact" style)."""
     if prompt_style(env_name) == "compact":
         return _compact_state(obs)
     return f"Observation: {obs.text.strip()}\n\n{FINAL_INSTRUCTION}"

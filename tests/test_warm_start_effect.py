@@ -1,0 +1,53 @@
+"""The shipped warm start on the real embedded model: it reads a correct note, and without one it keeps
+the base model's trap reflex (measured: benchmarks/bench_lesson.py; scripts/make_warmstart.py trains on
+dev layouts only, so the layouts here were never trained on)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from empo2_studio.config import PolicyConfig
+from empo2_studio.envs.trap import TrapEnv
+from empo2_studio.policy import Turn, load_policy, prompts
+from empo2_studio.types import RetrievedTip
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def policy():
+    torch.set_num_threads(2)
+    return load_policy(PolicyConfig())  # the defaults: embedded model, float32 on CPU, the warm start
+
+
+def action_probs(policy, task: str, variation: int, with_tip: bool) -> dict[str, float]:
+    """P(each valid action) at step 0 under constrained decoding (sums to 1 over the valid actions)."""
+    env = TrapEnv()
+    obs = env.reset(task, variation)
+    user = prompts.first_user_message("trap", obs, ())
+    if with_tip:
+        user = prompts.with_tips(user, [RetrievedTip("t", env.curated_tip(task, variation), 100.0, 1.0)], "compact")
+    fmt = policy.chat_format
+    convs = [[Turn(user, fmt.encode(a) + (fmt.eot_id,), obs.valid_actions)] for a in obs.valid_actions]
+    with torch.no_grad():
+        scored = policy.score(convs)
+    return {a: math.exp(float(lp[0].sum())) for a, lp in zip(obs.valid_actions, scored)}
+
+
+def test_warm_start_adapts_the_last_12_layers(policy):
+    layers = {int(n.split("layers.")[1].split(".")[0]) for n, _ in policy.model.named_parameters() if "lora_" in n}
+    assert layers == set(range(18, 30)) and policy.version == "warm-start"
+
+
+@pytest.mark.parametrize("task, variation", [("trap-light-bulb", 37), ("trap-water-plant", 0)])
+def test_a_correct_note_is_followed_and_without_it_the_trap_traps(policy, task, variation):
+    gold = TrapEnv().gold_path(task, variation)[0]
+    with_tip = action_probs(policy, task, variation, True)
+    without = action_probs(policy, task, variation, False)
+    assert sum(with_tip.values()) == pytest.approx(1.0, abs=1e-3)
+    # measured 0.95 / 0.99 with the note, 0.03 / 0.05 without (the reflex: "go to kitchen", the first door)
+    assert with_tip[gold] >= 0.8
+    assert without[gold] <= 0.2 and max(without, key=without.get) != gold
