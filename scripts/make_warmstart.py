@@ -19,7 +19,7 @@ What it learns, on the constrained-decoding distribution over the step's valid a
 LoRA adapts the last 12 of the 30 layers (`--last-layers`): autograd stops there, so every later
 backward pass of a run costs 12 layers, not 30, and stores their activations only.
 
-    .venv/bin/python scripts/make_warmstart.py            # ~15 min on a 2-core CPU; writes assets/warmstart/
+    .venv/bin/python scripts/make_warmstart.py            # ~25 min on a shared 2-core CPU; writes assets/warmstart/
     .venv/bin/python scripts/make_warmstart.py --epochs 1 --out /tmp/ws   # a quick try elsewhere
 
 The output is a PEFT adapter directory plus `warmstart.json` (what it was trained on, its loss curve).
