@@ -96,7 +96,9 @@ def test_stop_ends_a_training_run(page, studio_url):
     page.goto(studio_url)
     open_tab(page, "Train")
     box = page.locator("#tr-iterations input")
-    page.wait_for_function("document.querySelector('#tr-iterations input').value !== ''")
+    # wait for the page load to fill the form from the session's config (iterations 1): a box showing
+    # its empty default (0) is not yet filled, and a start then would send zeros
+    page.wait_for_function("document.querySelector('#tr-iterations input').value === '1'")
     box.fill("30")
     page.locator("#tr-start").click()
     page.locator("#tr-status").get_by_text(re.compile(r"\[running\]")).wait_for()
