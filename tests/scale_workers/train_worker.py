@@ -24,7 +24,9 @@ cfg = RunConfig(
     run_id="dp",
     env=EnvConfig(name="trap", task="trap-light-bulb", variations=(0, 1), step_limit=3),
     memory=MemoryConfig(embedder="hash", similarity_threshold=-1.0),
-    rollout=RolloutConfig(group_size=2, variations_per_iteration=2, p_memory=1.0, q_off_policy=0.5),
+    # T = 3: at T = 1 the tiny random model plays "look around" at every step, and the test checks that
+    # the two ranks played different episodes
+    rollout=RolloutConfig(group_size=2, variations_per_iteration=2, p_memory=1.0, q_off_policy=0.5, train_temperature=3.0),
     train=TrainConfig(learning_rate=1e-2, checkpoint_every=1, iterations=iterations),
     scale=ScaleConfig(processes=ctx.world_size),
 )
