@@ -39,9 +39,10 @@ TABLE_HEADERS = ["variation", "episodes", "successes", "success rate", "mean sco
 DISTILL_HEADERS = ["step", "loss/policy", "no signal", "grad norm"]
 JOB_KIND = "lesson"
 LESSON_LEARNING_RATE = 5e-4
-"""The lesson's LoRA learning rate: 3 Distill-now steps at the training default 1e-4 moved P(the tip's
-first action | no tip) from 0.00 to 0.07 and naive success not at all; at 5e-4, to 0.32 and 0.00 → 0.25
-(benchmarks/bench_lesson.py, seed 0; README, Benchmarks)."""
+"""The lesson's LoRA learning rate. With the first warm start, 3 Distill-now steps at the training
+default 1e-4 moved P(the tip's first action | no tip) from 0.00 to 0.07, at 5e-4 to 0.32 (naive success
+0.00 → 0.25, seed 0); with the current one, 3 steps at 5e-4 move it 0.31 → 0.35 and naive success not at
+all (seeds 0–2; benchmarks/bench_lesson.py, README, Benchmarks)."""
 
 
 # ---- the lesson's own session -----------------------------------------------------------------------

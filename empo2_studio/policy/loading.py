@@ -260,10 +260,17 @@ def adapter_last_layers(folder: Path | str) -> int | None:
         saved = json.loads((Path(folder) / ADAPTER_CONFIG).read_text())
     except (OSError, ValueError, UnicodeDecodeError):
         return None
-    layers = saved.get("layers_to_transform") if isinstance(saved, dict) else None
+    layers = saved_layers(saved) if isinstance(saved, dict) else []
+    return len(layers) or None
+
+
+def saved_layers(saved: dict[str, Any]) -> list[int]:
+    """The sorted layer indices an adapter config adapts (PEFT's `layers_to_transform`: an int, a list,
+    or absent); [] = every layer."""
+    layers = saved.get("layers_to_transform")
     if isinstance(layers, int) and not isinstance(layers, bool):
-        layers = [layers]
-    return len(layers) if isinstance(layers, list) and layers else None
+        return [layers]
+    return sorted(layers) if isinstance(layers, list) else []
 
 
 def add_lora(model: Any, cfg: PolicyConfig, last_layers: int | None = None) -> Any:
@@ -443,13 +450,12 @@ def adapter_config_mismatch(
     theirs = sorted(theirs) if isinstance(theirs, (list, tuple)) else theirs
     if saved.get("r") != r or theirs != sorted(targets):
         return f"has r={saved.get('r')} targets={theirs}; this policy has r={r} targets={sorted(targets)}"
-    their_layers = saved.get("layers_to_transform")
-    their_layers = [their_layers] if isinstance(their_layers, int) else their_layers
-    if sorted(their_layers or []) != sorted(layers or []):
-        def show(x: Any) -> str:
+    theirs_l, ours_l = saved_layers(saved), sorted(layers or [])
+    if theirs_l != ours_l:
+        def show(x: list[int]) -> str:
             return f"layers {x[0]}–{x[-1]}" if x else "every layer"
 
-        return f"adapts {show(sorted(their_layers or []))}; this policy adapts {show(sorted(layers or []))}"
+        return f"adapts {show(theirs_l)}; this policy adapts {show(ours_l)}"
     return None
 
 
@@ -514,8 +520,8 @@ def build_tiny_policy(
     lora_layers: int | None = None,
 ) -> Any:
     """A small random-initialised Llama (2 layers, hidden 64) with the real SmolLM2 tokenizer and a
-    LoRA adapter (on the last `lora_layers` layers; None = both): the same `HFPolicy` as the real model, for fast tests (~1 s once the tokenizer is
-    cached). With quantization "4bit"/"8bit" the random weights go through a temporary checkpoint so
+    LoRA adapter (on the last `lora_layers` layers; None = both): the same `HFPolicy` as the real
+    model, for fast tests (~1 s once the tokenizer is cached). With quantization "4bit"/"8bit" the random weights go through a temporary checkpoint so
     they are quantized by exactly the code path of `load_policy`."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
