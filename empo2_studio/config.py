@@ -22,6 +22,7 @@ Device = Literal["auto", "cpu", "cuda"]
 EmbedderName = Literal["minilm", "hash"]
 LossAgg = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"]
 LowProbRule = Literal["per-token", "per-sequence", "off"]
+LowProbRef = Literal["tip-free", "behaviour"]
 OffPolicyLoss = Literal["clipped", "tapered"]
 ScaleStrategy = Literal["ddp", "fsdp"]
 ScaleSampler = Literal["hf", "vllm"]
@@ -34,6 +35,9 @@ LOSS_AGGS: tuple[LossAgg, ...] = get_args(LossAgg)
 """Mean over all valid tokens of the batch (verl default, paper); mean over rows of each row's token
 mean; mean over rows of each row's token sum."""
 LOW_PROB_RULES: tuple[LowProbRule, ...] = get_args(LowProbRule)
+LOW_PROB_REFS: tuple[LowProbRef, ...] = get_args(LowProbRef)
+"""Which log-probs δ looks at: the current tip-free ones (paper §4.2) or the behaviour ones recorded at
+sampling — with tips in a memory rollout (the authors' recipe)."""
 OFF_POLICY_LOSSES: tuple[OffPolicyLoss, ...] = get_args(OffPolicyLoss)
 SCALE_STRATEGIES: tuple[ScaleStrategy, ...] = get_args(ScaleStrategy)
 """How the trainable model is wrapped across processes: DDP (every rank holds the whole model; the
@@ -86,8 +90,10 @@ class PolicyConfig:
     """Trade compute for memory in the backward pass (useful for 7B models on one GPU)."""
     max_action_tokens: int = 32
     """Max new tokens per action (paper: 32)."""
-    max_tip_tokens: int = 96
-    """Max new tokens when the policy writes a tip (paper: 512; tips are one line under 100 words)."""
+    max_tip_tokens: int | None = None
+    """Max new tokens when the policy writes a tip (paper: 512; tips are one line under 100 words).
+    None = 24 for the embedded model (its own sentence is a dozen tokens of filler or less; the record line
+    of a tip is added outside the model, see `memory.reflection.record_line`), 96 for any other."""
     device: Device = "auto"
     """"auto" (CUDA when available, else CPU), "cpu" or "cuda"."""
     adapter: str | None = None
@@ -154,6 +160,12 @@ class AlgoConfig:
     """Low-probability masking rule: per token (paper) or whole response (recipe)."""
     low_prob_threshold: float = -5.0
     """δ as a log-prob (≤ 0): tokens (or sequences) below it are masked. −5 ≈ p 0.0067."""
+    low_prob_ref: LowProbRef = "behaviour"
+    """The log-probs δ is applied to: "tip-free" = current π_θ(a|s) without tips (paper text),
+    "behaviour" = the sampling-time log-probs (recipe; with tips for a memory rollout). Departure from
+    the paper text: with "tip-free", distillation drops exactly the tokens only a tip made likely
+    (measured: "focus on green light bulb" has a token at log-prob −7.6 without the tip, −0.1 with it),
+    so naive success can never rise (see README, Departures)."""
     adv_eps: float = 1e-6
     """ε in A = (R − mean) / (std + ε); must be > 0 (paper / recipe: 1e-6)."""
     intrinsic_coef: float = 1.0
@@ -237,7 +249,8 @@ class RunConfig:
             _positive("policy.lora_layers", p.lora_layers)
         _between("policy.lora_dropout", p.lora_dropout, 0.0, 1.0)
         _positive("policy.max_action_tokens", p.max_action_tokens)
-        _positive("policy.max_tip_tokens", p.max_tip_tokens)
+        if p.max_tip_tokens is not None:
+            _positive("policy.max_tip_tokens", p.max_tip_tokens)
         _choice("policy.device", p.device, DEVICES)
         m = self.memory
         _choice("memory.embedder", m.embedder, EMBEDDER_NAMES)
@@ -263,6 +276,7 @@ class RunConfig:
         _choice("algo.loss_agg", a.loss_agg, LOSS_AGGS)
         _choice("algo.off_policy_loss", a.off_policy_loss, OFF_POLICY_LOSSES)
         _choice("algo.low_prob_mask", a.low_prob_mask, LOW_PROB_RULES)
+        _choice("algo.low_prob_ref", a.low_prob_ref, LOW_PROB_REFS)
         if not a.low_prob_threshold <= 0.0:
             raise ValueError(f"algo.low_prob_threshold is a log-prob and must be ≤ 0, got {a.low_prob_threshold!r}")
         if isinstance(a.adv_eps, bool) or not isinstance(a.adv_eps, (int, float)) or not 0.0 < a.adv_eps < math.inf:

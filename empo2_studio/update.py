@@ -29,10 +29,12 @@ Episodes are scored in micro-batches and their losses accumulated: each micro-ba
 as a *sum* (normaliser 1) and the gradients are divided by the global count at the end, so the result
 equals one big batch under every `loss_agg`.
 
-Low-probability mask (paper rule): tokens whose current *tip-free* log-prob (detached) is below δ are
-dropped, per token or per sequence (`AlgoConfig.low_prob_mask`), in every update mode (the paper writes
-the indicator into the one loss of Eq. 2; the recipe applies it to every batch when enabled). In
-on-policy-with-tips mode this costs one extra no-grad scoring pass on the tip-free conversation.
+Low-probability mask: tokens whose reference log-prob is below δ are dropped, per token or per sequence
+(`AlgoConfig.low_prob_mask`), in every update mode (the paper writes the indicator into the one loss of
+Eq. 2; the recipe applies it to every batch when enabled). The reference (`AlgoConfig.low_prob_ref`) is
+the behaviour log-probs recorded at sampling (recipe; the default) or the current *tip-free* log-probs
+(paper text; in on-policy-with-tips mode this costs one extra no-grad scoring pass on the tip-free
+conversation).
 
 Length limit: turns whose prompt + response exceed `max_train_tokens` (recipe: 4500) are dropped from
 training, as the recipe's `max_train_length` does; since the history only grows, that is every turn from
@@ -197,7 +199,12 @@ def _one_pass(
         with sync.micro_batch(start == starts[-1]) if sync is not None else contextlib.nullcontext():
             t0 = time.perf_counter()
             logps, old, adv, mask = _score_chunk(policy, chunk, update_mode)
-            ref = logps.detach() if update_mode != "on-policy-with-tips" else _tip_free_logps(policy, chunk, mask)
+            if a.low_prob_ref == "behaviour":
+                ref = old
+            elif update_mode == "on-policy-with-tips":
+                ref = _tip_free_logps(policy, chunk, mask)
+            else:
+                ref = logps.detach()
             kept = low_prob_mask(ref, threshold=a.low_prob_threshold, rule=a.low_prob_mask, loss_mask=mask)
             surrogate = tapered_off_policy_loss if tapered else clipped_surrogate_loss
             loss, m = surrogate(

@@ -141,3 +141,32 @@ def test_bad_scoring_temperatures_are_named(tiny_policy):
     with pytest.raises(ValueError, match=r"temperature must be a finite number ≥ 0 .*got -0\.5"):
         tiny_policy.score([conv], temperature=-0.5)
     assert logprob_temperature(0) == 1.0 and logprob_temperature(0.4) == 0.4
+
+
+def test_low_prob_mask_reference_in_distillation(store):
+    """Off-policy (distillation) batch, unchanged weights: δ drops exactly the tokens whose *recorded*
+    with-tips log-prob is below it ("behaviour", the recipe) or whose tip-free re-score is ("tip-free",
+    the paper text). δ is picked where the two rules drop different fractions of this batch."""
+    from empo2_studio.policy import Turn
+
+    policy = build_tiny_policy("constrained", seed=6, max_action_tokens=6)
+    episodes = _group(policy, store, "memory", 1.0, n=3, limit=4)
+    assert all(s.tips for ep in episodes for s in ep.steps)
+    behaviour = [lp for ep in episodes for s in ep.steps for lp in s.sample.logprobs]
+    with torch.no_grad():
+        convs = [[Turn(s.user_message, tuple(s.sample.token_ids), s.valid_actions) for s in ep.steps] for ep in episodes]
+        tip_free = [float(lp) for conv in policy.score(convs) for turn in conv for lp in turn]
+    assert len(tip_free) == len(behaviour)
+    values = sorted(set(behaviour) | set(tip_free))
+    fractions = {}
+    for a, b in zip(values, values[1:]):
+        delta = (a + b) / 2
+        if b - a > 1e-4 and delta < 0:  # no token within 5e-5 of δ: float noise cannot flip one
+            frac = (sum(lp < delta for lp in behaviour) / len(behaviour), sum(lp < delta for lp in tip_free) / len(tip_free))
+            if frac[0] != frac[1]:
+                fractions[delta] = frac
+    assert fractions, "the tips should change some token's log-prob"
+    delta, (by_behaviour, by_tip_free) = next(iter(fractions.items()))
+    for ref, expected in (("behaviour", by_behaviour), ("tip-free", by_tip_free)):
+        m = _update_lr0(policy, episodes, "off-policy", low_prob_mask="per-token", low_prob_threshold=delta, low_prob_ref=ref)
+        assert m["mask/low_prob_frac"] == pytest.approx(expected, abs=1e-12), ref
