@@ -35,6 +35,8 @@ def test_json_round_trip_keeps_tuples():
         ("env", {"name": "alfworld"}, "env.name"),
         ("algo", {"adv_eps": 0.0}, "algo.adv_eps"),
         ("algo", {"off_policy_loss": "ppo"}, "algo.off_policy_loss"),
+        ("algo", {"low_prob_ref": "current"}, "algo.low_prob_ref"),
+        ("policy", {"max_tip_tokens": 0}, "policy.max_tip_tokens"),
     ],
 )
 def test_bad_values_are_named(section, values, needle):
@@ -93,6 +95,16 @@ def test_choice_sets_are_read_from_their_literal():
         (config.PolicyConfig, "decoding", types.DECODINGS), (config.PolicyConfig, "device", config.DEVICES),
         (config.MemoryConfig, "embedder", config.EMBEDDER_NAMES), (config.AlgoConfig, "loss_agg", config.LOSS_AGGS),
         (config.AlgoConfig, "low_prob_mask", config.LOW_PROB_RULES),
+        (config.AlgoConfig, "low_prob_ref", config.LOW_PROB_REFS),
     ]:  # fmt: skip
         assert get_args(get_type_hints(cls)[field_name]) == choices
     assert types.UPDATE_MODES == ("on-policy", "on-policy-with-tips", "off-policy")  # metric codes 0, 1, 2
+
+
+def test_tip_token_cap_defaults_by_model():
+    from empo2_studio.config import EMBEDDED_MODEL, PolicyConfig
+    from empo2_studio.policy.loading import tip_token_limit
+
+    assert tip_token_limit(PolicyConfig()) == 24 and PolicyConfig().model == EMBEDDED_MODEL
+    assert tip_token_limit(PolicyConfig(model="Qwen/Qwen2.5-7B-Instruct")) == 96
+    assert tip_token_limit(PolicyConfig(max_tip_tokens=12)) == 12

@@ -468,6 +468,19 @@ def load_tokenizer(location: Path | str) -> Any:
     return tok
 
 
+EMBEDDED_TIP_TOKENS = 24
+"""`PolicyConfig.max_tip_tokens` = None for the embedded model (bench_lesson part speed: the tip-writing
+phase of an iteration is a batched greedy decode that runs until every tip ends or hits this cap)."""
+OTHER_TIP_TOKENS = 96
+
+
+def tip_token_limit(cfg: PolicyConfig) -> int:
+    """The tip-writing cap: `cfg.max_tip_tokens`, or when it is None the model's default (above)."""
+    if cfg.max_tip_tokens is not None:
+        return cfg.max_tip_tokens
+    return EMBEDDED_TIP_TOKENS if cfg.model == EMBEDDED_MODEL else OTHER_TIP_TOKENS
+
+
 def load_policy(cfg: PolicyConfig) -> Any:
     """Build the `HFPolicy` described by `cfg` (paper §1: the LLM agent, here with LoRA).
 
@@ -493,7 +506,7 @@ def load_policy(cfg: PolicyConfig) -> Any:
         decoding=cfg.decoding,
         base_model_name=cfg.model,
         max_action_tokens=cfg.max_action_tokens,
-        max_tip_tokens=cfg.max_tip_tokens,
+        max_tip_tokens=tip_token_limit(cfg),
     )
     if cfg.adapter:
         policy.load_adapter(cfg.adapter)
