@@ -96,3 +96,15 @@ def test_conversation_text():
     assert conversation_text([("hi", "look around"), ("dark room", "")]) == (
         "user: hi assistant: look around user: dark room"
     )
+
+
+def test_compact_prompt_keeps_the_first_three_distinct_notes():
+    def entry(i, note):
+        return RetrievedTip(f"t{i}", f"{note}{prompts.ENTRY_SUFFIX}look around (score 0)", 100.0 - i, 0.9)
+
+    tips = [entry(0, "A"), entry(1, "A"), entry(2, "B"), entry(3, "C"), entry(4, "D"), entry(5, "B"), entry(6, "E")]
+    shown, cut = prompts.compact_notes_cut(tips)
+    assert [t.tip_id for t in shown] == ["t0", "t1", "t2", "t3", "t5"]  # every entry of notes A, B, C
+    assert [t.tip_id for t in cut] == ["t4", "t6"]
+    assert prompts.tips_block(shown, "compact") == "\n\n" + prompts.COMPACT_NOTES_HEADER + "\n- A\n- B\n- C"
+    assert prompts.compact_notes_cut([]) == ([], [])

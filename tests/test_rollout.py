@@ -265,3 +265,15 @@ def test_draw_update_mode_is_the_algorithm_schedule():
     draws = [draw_update_mode(rng, 0.25, 2 / 3) for _ in range(6000)]
     assert draws.count("on-policy") / 6000 == pytest.approx(0.75, abs=0.02)
     assert draws.count("off-policy") / 6000 == pytest.approx(1 / 6, abs=0.015)
+
+
+def test_a_compact_prompt_shows_three_notes_and_says_why_not_the_rest(store):
+    for i, note in enumerate(["Go to the kitchen.", "Open the door.", "Look around.", "Focus on the bulb.", "Turn it on."]):
+        store.add_tip(TASK, 0, note, score=90.0 - i)
+    memory = _group(ScriptedPolicy(), store, "memory", n=1, limit=2)
+    for s in memory[0].steps:
+        assert {prompts.note_text(t.text) for t in s.tips} == {"Go to the kitchen.", "Open the door.", "Look around."}
+        cut = [k for k in s.skipped_tips if k.reason.startswith("beyond the 3 notes")]
+        assert [prompts.note_text(k.text) for k in cut] == ["Focus on the bulb.", "Turn it on."]
+        assert cut[0].reason == "beyond the 3 notes a compact prompt shows (score 87.0)"
+        assert "Turn it on." not in with_tips_message(s, "trap")

@@ -132,6 +132,25 @@ def note_text(entry: str) -> str:
     return entry.split(ENTRY_SUFFIX, 1)[0].strip()
 
 
+COMPACT_MAX_NOTES = 3
+"""A compact prompt shows at most this many distinct notes (the highest-scored retrieved ones). With
+the paper's top 10, a with-tips trap episode carried up to 10 notes in every turn and its iteration
+took 184 s, most of it reading tips (bench_lesson part speed; README, Benchmarks)."""
+
+
+def compact_notes_cut(tips: Sequence[RetrievedTip]) -> tuple[list[RetrievedTip], list[RetrievedTip]]:
+    """Split retrieved entries (in retrieval order: best score first) into those whose note is one of
+    the first `COMPACT_MAX_NOTES` distinct notes, and the rest (not shown in a compact prompt)."""
+    kept_notes: list[str] = []
+    shown, cut = [], []
+    for t in tips:
+        note = note_text(t.text)
+        if note not in kept_notes and len(kept_notes) < COMPACT_MAX_NOTES:
+            kept_notes.append(note)
+        (shown if note in kept_notes else cut).append(t)
+    return shown, cut
+
+
 def tips_block(tips: Sequence[RetrievedTip], style: str = "paper") -> str:
     """The tips block for retrieved tips ("" when there are none).
 

@@ -370,6 +370,10 @@ def _retrieve(
     queries = [_cap(prompts.conversation_text([*running[i].pairs, (messages[i], "")])) for i in wanted]
     for i, (tips, miss) in zip(wanted, store.retrieve_explained(task, variation, queries)):
         found[i], skipped[i] = list(tips), list(miss)
+        if prompts.prompt_style(running[i].env.name) == "compact":
+            found[i], cut = prompts.compact_notes_cut(found[i])
+            reason = f"beyond the {prompts.COMPACT_MAX_NOTES} notes a compact prompt shows (score {{:.1f}})"
+            skipped[i] = [SkippedTip(t.tip_id, t.text, t.score, t.similarity, reason.format(t.score)) for t in cut] + skipped[i]
     timings.add("memory", t0)
     return found, skipped
 
