@@ -127,6 +127,16 @@ def test_record_line_from_a_trap_trajectory_exact():
         "Action that failed the task: focus on red light bulb."
     )
     assert record_line("Your task is to boil water.", [("look around", 0.0, "You see nothing.")]) == ""
+    env.reset("trap-light-bulb", 0)
+    partial = [("", 0.0, obs.text)]
+    for action in ("go to kitchen", "turn on green light bulb", "turn on green light bulb"):
+        res = env.step(action)
+        partial.append((action, res.reward, res.observation.text))
+    assert [r for _, r, _ in partial] == [0.0, 25.0, 0.0, 0.0]  # the room scores, turning on before focus does not
+    assert record_line(obs.task_description, partial) == (
+        "[from the record] The green light bulb was seen in the kitchen. Actions that scored: go to kitchen. "
+        "Next time: go to kitchen, then focus on green light bulb."
+    )
 
 
 def test_stored_tip_puts_the_record_first_and_marks_the_models_sentence():
@@ -134,9 +144,13 @@ def test_stored_tip_puts_the_record_first_and_marks_the_models_sentence():
 
     ep = _episode_with_observation("This room is called the kitchen. In it, you see: a green light bulb. Doors lead to: the hallway.")
     assert with_record("I should go back.", ep) == (
-        f"[from the record] The green light bulb was seen in the kitchen. {OWN_NOTE_PREFIX} I should go back."
+        f"[from the record] The green light bulb was seen in the kitchen. Next time: go to kitchen, then focus on "
+        f"green light bulb. {OWN_NOTE_PREFIX} I should go back."
     )
-    assert with_record(fallback_tip(ep), ep) == "[from the record] The green light bulb was seen in the kitchen."
+    assert with_record(fallback_tip(ep), ep) == (
+        "[from the record] The green light bulb was seen in the kitchen. "
+        "Next time: go to kitchen, then focus on green light bulb."
+    )
 
 
 def _episode_with_observation(observation: str) -> Episode:

@@ -84,8 +84,9 @@ def record_line(task_description: str, steps: Sequence[tuple[str, float, str]]) 
 
     Returns:
         "[from the record] The X was seen in the R. Actions that scored: a, b. Action that failed the
-        task: c." — or, when X was never seen, which rooms were searched without finding it. Parts
-        with nothing to say are left out; "" when there is nothing at all.
+        task: c. Next time: go to R, then focus on X." — or, when X was never seen, which rooms were
+        searched without finding it; the "Next time" plan only when X was seen but "focus on X" never
+        scored. Parts with nothing to say are left out; "" when there is nothing at all.
 
     Departure (issue 10 of this project, not in the paper): the embedded 135M model writes mostly
     unusable tips, so each tip carries this line next to the model's own sentence. It names rooms and
@@ -112,6 +113,12 @@ def record_line(task_description: str, steps: Sequence[tuple[str, float, str]]) 
     failed = [a for a, r, _ in steps if a and r < 0]
     if failed:
         parts.append(f"Action that failed the task: {failed[-1]}.")
+    # A target seen but never focused on: the plan in the valid actions' wording, which the warm-started
+    # model follows (as it follows a curated tip); "seen in the kitchen" alone left it at "turn on" loops.
+    unfocused = [(t, room) for t, room in seen_in.items() if f"focus on {t}" not in scored]
+    if unfocused:
+        t, room = unfocused[0]
+        parts.append(f"Next time: go to {room}, then focus on {t}.")
     return f"{RECORD_PREFIX} " + " ".join(parts) if parts else ""
 
 
