@@ -58,18 +58,34 @@ def spread(values: list[float]) -> str:
     return f"{statistics.fmean(values):.2f} ({min(values):.2f}–{max(values):.2f})"
 
 
-def first_action_prob(policy, task: str, variation: int, with_tip: bool) -> float:
-    """P(the tip's first action) at step 0 under constrained decoding, with or without the tip."""
+def plan_probs(policy, task: str, variation: int, with_tip: bool) -> list[float]:
+    """P(each action of the tip's plan) under constrained decoding, given the plan's own history so far,
+    with the tip at every step (as a curated tip is retrieved) or without it. One float per plan step."""
     env = TrapEnv()
     obs = env.reset(task, variation)
-    action = env.gold_path(task, variation)[0]
-    user = prompts.first_user_message("trap", obs, ())
-    if with_tip:
-        user = prompts.with_tips(user, [RetrievedTip("t", env.curated_tip(task, variation), 100.0, 1.0)], "compact")
+    tip = [RetrievedTip("t", env.curated_tip(task, variation), 100.0, 1.0)]
     fmt = policy.chat_format
+    turns: list[Turn] = []
+    for k, action in enumerate(env.gold_path(task, variation)):
+        user = prompts.first_user_message("trap", obs, ()) if k == 0 else prompts.step_user_message(obs, "trap")
+        if with_tip:
+            user = prompts.with_tips(user, tip, "compact")
+        turns.append(Turn(user, fmt.encode(action) + (fmt.eot_id,), obs.valid_actions))
+        obs = env.step(action).observation
     with torch.no_grad():
-        logp = policy.score([[Turn(user, fmt.encode(action) + (fmt.eot_id,), obs.valid_actions)]])[0][0]
-    return float(logp.sum().exp())
+        scored = policy.score([turns])[0]
+    return [float(lp.sum().exp()) for lp in scored]
+
+
+def first_action_prob(policy, task: str, variation: int, with_tip: bool) -> float:
+    """P(the tip's first action) at step 0 under constrained decoding, with or without the tip."""
+    return plan_probs(policy, task, variation, with_tip)[0]
+
+
+def plan_prob_mean(policy, task: str, variations, with_tip: bool) -> tuple[float, list[list[float]]]:
+    """Mean over variations and plan steps of `plan_probs`, and the per-variation lists."""
+    per = [plan_probs(policy, task, v, with_tip) for v in variations]
+    return statistics.fmean(p for ps in per for p in ps), per
 
 
 def play(policy, store, task: str, variation: int, mode: str, n: int, seed: int, step_limit: int, temperature: float):
@@ -130,8 +146,8 @@ def lesson_config(task: str, seed: int, args) -> RunConfig:
         env=EnvConfig(name="trap", task=task, variations=tuple(args.distill_variations), step_limit=args.step_limit),
         memory=MemoryConfig(embedder="minilm"),
         rollout=RolloutConfig(group_size=8, train_temperature=args.temperature),
-        algo=AlgoConfig(),
-        train=TrainConfig(learning_rate=args.distill_lr, checkpoint_every=1000),
+        algo=AlgoConfig(low_prob_ref=args.low_prob_ref),
+        train=TrainConfig(learning_rate=args.distill_lr, checkpoint_every=1000, update_epochs=args.distill_epochs),
     )  # fmt: skip
 
 
@@ -158,7 +174,7 @@ def part_distill(args, policy, embedder, root: Path, warm: list[torch.Tensor]) -
             eps = [ep for v in vs for ep in play(policy, trainer.store, task, v, "naive", args.episodes, seed * 1000 + v + tag, args.step_limit, args.temperature)]
             return sum(ep.won for ep in eps) / len(eps), eps
 
-        p_before = statistics.fmean(first_action_prob(policy, task, v, False) for v in train_vs)
+        p_before, per_before = plan_prob_mean(policy, task, train_vs, False)
         tr_before, naive_eps = naive_rate(train_vs, 0)
         te_before, _ = naive_rate(test_vs, 0)
         memory_eps = [ep for v in train_vs for ep in play(policy, trainer.store, task, v, "memory", args.episodes, seed * 1000 + v + 1, args.step_limit, args.temperature)]
@@ -171,13 +187,15 @@ def part_distill(args, policy, embedder, root: Path, warm: list[torch.Tensor]) -
                   f"ratio {m.get('ratio/mean', float('nan')):.2f} masked {m.get('mask/low_prob_frac', float('nan')):.2f} "
                   f"[{time.perf_counter() - t0:.0f} s]", flush=True)  # fmt: skip
         policy.clear_cache()
-        p_after = statistics.fmean(first_action_prob(policy, task, v, False) for v in train_vs)
+        p_after, per_after = plan_prob_mean(policy, task, train_vs, False)
+        for v, b, a in zip(train_vs, per_before, per_after):
+            print(f"  seed {seed} variation {v}: P(plan step | no tip) " + ", ".join(f"{x:.2f}→{y:.2f}" for x, y in zip(b, a)), flush=True)
         tr_after, _ = naive_rate(train_vs, 2)
         te_after, _ = naive_rate(test_vs, 2)
         for key, val in zip(rows, (tr_before, tr_after, te_before, te_after, p_before, p_after, mem_rate)):
             rows[key].append(val)
         print(f"  seed {seed}: naive train {tr_before:.2f} → {tr_after:.2f}, test {te_before:.2f} → {te_after:.2f}, "
-              f"memory {mem_rate:.2f}, P(first action | no tip) {p_before:.2f} → {p_after:.2f}", flush=True)  # fmt: skip
+              f"memory {mem_rate:.2f}, P(plan action | no tip) {p_before:.2f} → {p_after:.2f}", flush=True)  # fmt: skip
         trainer.close()
     out = rows
     lines = [
@@ -188,7 +206,7 @@ def part_distill(args, policy, embedder, root: Path, warm: list[torch.Tensor]) -
         "|---|---|---|",
         f"| naive success, distilled variations | {spread(rows['train_before'])} | {spread(rows['train_after'])} |",
         f"| naive success, unseen test variations {test_vs[0]}–{test_vs[-1]} | {spread(rows['test_before'])} | {spread(rows['test_after'])} |",
-        f"| P(tip's first action), no tip in the prompt | {spread(rows['p_before'])} | {spread(rows['p_after'])} |",
+        f"| P(the tip's plan action), no tip in the prompt, mean over plan steps | {spread(rows['p_before'])} | {spread(rows['p_after'])} |",
         f"| memory success (the distilled episodes) | {spread(rows['mem'])} | |",
     ]
     return "\n".join(lines), out
@@ -297,6 +315,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--distill-variations", type=int, nargs="+", default=[0, 1])
     ap.add_argument("--distill-steps", type=int, default=3)
     ap.add_argument("--distill-lr", type=float, default=TrainConfig().learning_rate)
+    ap.add_argument("--distill-epochs", type=int, default=TrainConfig().update_epochs, help="optimizer passes per distill step")
+    ap.add_argument("--low-prob-ref", default=AlgoConfig().low_prob_ref, choices=["tip-free", "behaviour"])
     ap.add_argument("--root", type=Path, default=None, help="sessions root (default: $EMPO2_SESSIONS_DIR or ./sessions)")
     args = ap.parse_args(argv)
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))

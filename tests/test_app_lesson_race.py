@@ -29,7 +29,7 @@ def test_the_lesson_gets_its_own_trap_session(studio, tmp_path):
     sw = Studio(tmp_path, env="scienceworld", policy="tiny", embedder="hash")
     cfg = ls.lesson_config(sw, "trap-find-animal", "lesson-trap-find-animal")
     assert (cfg.env.name, cfg.env.task, cfg.memory.embedder) == ("trap", "trap-find-animal", "hash")
-    assert cfg.train.learning_rate == ls.LESSON_LEARNING_RATE == 5e-4 and session.config.train.learning_rate == 5e-4
+    assert cfg.train.learning_rate == ls.LESSON_LEARNING_RATE == 2e-3 and session.config.train.learning_rate == 2e-3
     with pytest.raises(ValueError, match="trap"):
         ls.lesson_session(studio, "power-component")
 
