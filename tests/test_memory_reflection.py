@@ -163,3 +163,21 @@ def _episode_with_observation(observation: str) -> Episode:
         episode_id="e", env="trap", task="trap-light-bulb", variation=0, split="train", rollout_mode="naive",
         update_mode=None, decoding="constrained", temperature=1.0, seed=0, steps=(step,), score=0.0, won=False,
     )  # fmt: skip
+
+
+def test_record_line_does_not_take_a_decoy_for_the_target():
+    """find-animal's hallway holds "a toy rabbit": the rabbit is in the kitchen, not the hallway."""
+    from empo2_studio.envs.trap import TrapEnv
+    from empo2_studio.memory.reflection import record_line
+
+    env = TrapEnv()
+    obs = env.reset("trap-find-animal", 0)
+    assert "a toy rabbit" in obs.text and "a rabbit" not in obs.text
+    steps = [("", 0.0, obs.text)]
+    res = env.step("go to kitchen")
+    steps.append(("go to kitchen", res.reward, res.observation.text))
+    assert record_line(obs.task_description, steps[:1]) == "[from the record] The rabbit was not in: hallway."
+    assert record_line(obs.task_description, steps) == (
+        "[from the record] The rabbit was seen in the kitchen. Actions that scored: go to kitchen. "
+        "Next time: go to kitchen, then focus on rabbit."
+    )

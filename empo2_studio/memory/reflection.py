@@ -98,8 +98,9 @@ def record_line(task_description: str, steps: Sequence[tuple[str, float, str]]) 
     for _, _, observation in steps:
         for room, contents in _ROOM.findall(observation):
             room = room.strip()
+            items = _items(contents)
             for target in targets:
-                if target in contents and target not in seen_in:
+                if target in items and target not in seen_in:
                     seen_in[target] = room
             if room not in searched:
                 searched.append(room)
@@ -120,6 +121,13 @@ def record_line(task_description: str, steps: Sequence[tuple[str, float, str]]) 
         t, room = unfocused[0]
         parts.append(f"Next time: go to {room}, then focus on {t}.")
     return f"{RECORD_PREFIX} " + " ".join(parts) if parts else ""
+
+
+def _items(contents: str) -> set[str]:
+    """The objects of a room's "you see" list, articles dropped: whole names, so that the target
+    "rabbit" is not found in a room that holds only "a toy rabbit" (a trap's decoy)."""
+    parts = re.split(r",\s*|\s+and\s+", contents)
+    return {re.sub(r"^(?:a|an|the|some)\s+", "", p.strip().rstrip(".")) for p in parts if p.strip()}
 
 
 def episode_record(episode: Episode) -> str:
