@@ -37,7 +37,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
 
-from empo2_studio.config import AlgoConfig, EnvConfig, MemoryConfig, RolloutConfig, RunConfig, TrainConfig  # noqa: E402
+from empo2_studio.config import LOW_PROB_REFS, AlgoConfig, EnvConfig, MemoryConfig, RolloutConfig, RunConfig, TrainConfig  # noqa: E402
 from empo2_studio.envs.trap import TASKS, TrapEnv  # noqa: E402
 from empo2_studio.memory import TipStore, make_embedder  # noqa: E402
 from empo2_studio.policy import Turn, load_policy, prompts  # noqa: E402
@@ -316,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--distill-steps", type=int, default=3)
     ap.add_argument("--distill-lr", type=float, default=TrainConfig().learning_rate)
     ap.add_argument("--distill-epochs", type=int, default=TrainConfig().update_epochs, help="optimizer passes per distill step")
-    ap.add_argument("--low-prob-ref", default=AlgoConfig().low_prob_ref, choices=["tip-free", "behaviour"])
+    ap.add_argument("--low-prob-ref", default=AlgoConfig().low_prob_ref, choices=LOW_PROB_REFS)
     ap.add_argument("--root", type=Path, default=None, help="sessions root (default: $EMPO2_SESSIONS_DIR or ./sessions)")
     args = ap.parse_args(argv)
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))

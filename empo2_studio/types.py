@@ -111,7 +111,8 @@ class SkippedTip:
     similarity: float
     """Cosine similarity between the step's conversation and the tip's key (−1 … 1)."""
     reason: str
-    """"disabled", "similarity 0.42 ≤ threshold 0.50" or "outside the top 10 (score 25.0)"."""
+    """"disabled", "similarity 0.42 ≤ threshold 0.50", "outside the top 10 (score 25.0)" or, in a compact
+    prompt, "beyond the 3 notes a compact prompt shows (score 25.0)"."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -158,15 +158,15 @@ def test_low_prob_mask_reference_in_distillation(store):
         tip_free = [float(lp) for conv in policy.score(convs) for turn in conv for lp in turn]
     assert len(tip_free) == len(behaviour)
     values = sorted(set(behaviour) | set(tip_free))
-    fractions = {}
-    for a, b in zip(values, values[1:]):
-        delta = (a + b) / 2
-        if b - a > 1e-4 and delta < 0:  # no token within 5e-5 of δ: float noise cannot flip one
-            frac = (sum(lp < delta for lp in behaviour) / len(behaviour), sum(lp < delta for lp in tip_free) / len(tip_free))
-            if frac[0] != frac[1]:
-                fractions[delta] = frac
-    assert fractions, "the tips should change some token's log-prob"
-    delta, (by_behaviour, by_tip_free) = next(iter(fractions.items()))
+
+    def dropped(lps, delta):
+        return sum(lp < delta for lp in lps) / len(lps)
+
+    # δ half-way between two log-probs ≥ 1e-4 apart (float noise cannot flip a token), where the rules differ
+    deltas = [(a + b) / 2 for a, b in zip(values, values[1:]) if b - a > 1e-4 and (a + b) / 2 < 0]
+    delta = next((d for d in deltas if dropped(behaviour, d) != dropped(tip_free, d)), None)
+    assert delta is not None, "the tips should change some token's log-prob"
+    by_behaviour, by_tip_free = dropped(behaviour, delta), dropped(tip_free, delta)
     for ref, expected in (("behaviour", by_behaviour), ("tip-free", by_tip_free)):
         m = _update_lr0(policy, episodes, "off-policy", low_prob_mask="per-token", low_prob_threshold=delta, low_prob_ref=ref)
         assert m["mask/low_prob_frac"] == pytest.approx(expected, abs=1e-12), ref

@@ -534,8 +534,9 @@ def build_tiny_policy(
 ) -> Any:
     """A small random-initialised Llama (2 layers, hidden 64) with the real SmolLM2 tokenizer and a
     LoRA adapter (on the last `lora_layers` layers; None = both): the same `HFPolicy` as the real
-    model, for fast tests (~1 s once the tokenizer is cached). With quantization "4bit"/"8bit" the random weights go through a temporary checkpoint so
-    they are quantized by exactly the code path of `load_policy`."""
+    model, for fast tests (~1 s once the tokenizer is cached). With quantization "4bit"/"8bit" the
+    random weights go through a temporary checkpoint so they are quantized by exactly the code path of
+    `load_policy`."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 

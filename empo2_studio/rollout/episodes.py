@@ -372,8 +372,8 @@ def _retrieve(
         found[i], skipped[i] = list(tips), list(miss)
         if prompts.prompt_style(running[i].env.name) == "compact":
             found[i], cut = prompts.compact_notes_cut(found[i])
-            reason = f"beyond the {prompts.COMPACT_MAX_NOTES} notes a compact prompt shows (score {{:.1f}})"
-            skipped[i] = [SkippedTip(t.tip_id, t.text, t.score, t.similarity, reason.format(t.score)) for t in cut] + skipped[i]
+            beyond = f"beyond the {prompts.COMPACT_MAX_NOTES} notes a compact prompt shows"
+            skipped[i] = [SkippedTip(t.tip_id, t.text, t.score, t.similarity, f"{beyond} (score {t.score:.1f})") for t in cut] + skipped[i]
     timings.add("memory", t0)
     return found, skipped
 
