@@ -135,7 +135,19 @@ def test_record_line_from_a_trap_trajectory_exact():
     assert [r for _, r, _ in partial] == [0.0, 25.0, 0.0, 0.0]  # the room scores, turning on before focus does not
     assert record_line(obs.task_description, partial) == (
         "[from the record] The green light bulb was seen in the kitchen. Actions that scored: go to kitchen. "
-        "Next time: go to kitchen, then focus on green light bulb."
+        "Next time: go to kitchen, then focus on green light bulb, then turn on green light bulb."
+    )
+    env.reset("trap-light-bulb", 0)
+    focused = [("", 0.0, obs.text)]
+    for action in ("go to kitchen", "focus on green light bulb", "go to hallway"):
+        res = env.step(action)
+        focused.append((action, res.reward, res.observation.text))
+    assert [r for _, r, _ in focused] == [0.0, 25.0, 25.0, 0.0]
+    # Focused but never turned on: the plan is still the whole winning path (each episode starts over).
+    assert record_line(obs.task_description, focused) == (
+        "[from the record] The green light bulb was seen in the kitchen. "
+        "Actions that scored: go to kitchen, focus on green light bulb. "
+        "Next time: go to kitchen, then focus on green light bulb, then turn on green light bulb."
     )
 
 
@@ -145,7 +157,7 @@ def test_stored_tip_puts_the_record_first_and_marks_the_models_sentence():
     ep = _episode_with_observation("This room is called the kitchen. In it, you see: a green light bulb. Doors lead to: the hallway.")
     assert with_record("I should go back.", ep) == (
         f"[from the record] The green light bulb was seen in the kitchen. Next time: go to kitchen, then focus on "
-        f"green light bulb. {OWN_NOTE_PREFIX} I should go back."
+        f"green light bulb. {OWN_NOTE_PREFIX} I should go back."  # the description has no "Then, …" sentence
     )
     assert with_record(fallback_tip(ep), ep) == (
         "[from the record] The green light bulb was seen in the kitchen. "
@@ -179,5 +191,22 @@ def test_record_line_does_not_take_a_decoy_for_the_target():
     assert record_line(obs.task_description, steps[:1]) == "[from the record] The rabbit was not in: hallway."
     assert record_line(obs.task_description, steps) == (
         "[from the record] The rabbit was seen in the kitchen. Actions that scored: go to kitchen. "
-        "Next time: go to kitchen, then focus on rabbit."
+        "Next time: go to kitchen, then focus on rabbit, then pick up rabbit."
     )
+
+
+def test_finishing_action_reads_the_descriptions_then_sentence():
+    from empo2_studio.envs.trap import TrapEnv
+    from empo2_studio.memory.reflection import finishing_action
+
+    env = TrapEnv()
+    expected = {"trap-light-bulb": "turn on", "trap-find-animal": "pick up", "trap-water-plant": "water"}
+    for task, verb in expected.items():
+        target = env.layout(task, 0).target
+        action = finishing_action(env.task_description(task, 0), target)
+        assert action == f"{verb} {target}"
+        assert action in env.gold_path(task, 0)  # the valid-action wording, as the winning path has it
+    # ScienceWorld's second object and a description without the sentence give no action.
+    sw = "Your task is to find a(n) animal. First, focus on the thing. Then, move it to the red box in the kitchen."
+    assert finishing_action(sw, "frog") == ""
+    assert finishing_action("Your task is to boil water.", "water") == ""

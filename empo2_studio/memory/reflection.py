@@ -84,9 +84,9 @@ def record_line(task_description: str, steps: Sequence[tuple[str, float, str]]) 
 
     Returns:
         "[from the record] The X was seen in the R. Actions that scored: a, b. Action that failed the
-        task: c. Next time: go to R, then focus on X." — or, when X was never seen, which rooms were
-        searched without finding it; the "Next time" plan only when X was seen but "focus on X" never
-        scored. Parts with nothing to say are left out; "" when there is nothing at all.
+        task: c. Next time: go to R, then focus on X, then turn on X." — or, when X was never seen,
+        which rooms were searched without finding it; the "Next time" plan only when X was seen and the
+        plan's last action (`finishing_action`, else the focus) never scored. Parts with nothing to say are left out; "" when there is nothing at all.
 
     Departure (issue 10 of this project, not in the paper): the embedded 135M model writes mostly
     unusable tips, so each tip carries this line next to the model's own sentence. It names rooms and
@@ -114,13 +114,39 @@ def record_line(task_description: str, steps: Sequence[tuple[str, float, str]]) 
     failed = [a for a, r, _ in steps if a and r < 0]
     if failed:
         parts.append(f"Action that failed the task: {failed[-1]}.")
-    # A target seen but never focused on: the plan in the valid actions' wording, which the warm-started
-    # model follows (as it follows a curated tip); "seen in the kitchen" alone left it at "turn on" loops.
-    unfocused = [(t, room) for t, room in seen_in.items() if f"focus on {t}" not in scored]
-    if unfocused:
-        t, room = unfocused[0]
-        parts.append(f"Next time: go to {room}, then focus on {t}.")
+    # A target seen but the task left unfinished: the whole plan in the valid actions' wording, which the
+    # warm-started model follows as it follows a curated tip. "Seen in the kitchen" alone left it in
+    # "turn on" loops; a plan that stopped at the focus left find-animal's agent never picking up.
+    for t, room in seen_in.items():
+        plan = [f"go to {room}", f"focus on {t}"]
+        finish = finishing_action(task_description, t)
+        plan += [finish] if finish else []
+        if plan[-1] not in scored:
+            parts.append("Next time: " + ", then ".join(plan) + ".")
+            break
     return f"{RECORD_PREFIX} " + " ".join(parts) if parts else ""
+
+
+_THEN = re.compile(
+    r"\bThen,?\s+(\w+) it(?: (on|off|up|down|in|out))?(?:\s+with\b[^.]*)?\s*(?:\.|$)", re.IGNORECASE
+)
+
+
+def finishing_action(task_description: str, target: str) -> str:
+    """The action that finishes the task after the focus, in the valid actions' verb-object wording,
+    read from the description's "Then, <verb> it [particle] [with …]." sentence; "" when it has none
+    or another form (ScienceWorld's "Then, move it to the red box …" names a second object).
+
+    >>> finishing_action("Your task is to find the frog. First, focus on the frog. Then, pick it up.", "frog")
+    'pick up frog'
+    >>> finishing_action("Your task is to water the red flower. Then, water it with the watering can.", "red flower")
+    'water red flower'
+    """
+    m = _THEN.search(task_description)
+    if not m:
+        return ""
+    verb, particle = m.group(1).lower(), m.group(2)
+    return f"{verb} {particle.lower()} {target}" if particle else f"{verb} {target}"
 
 
 def _items(contents: str) -> set[str]:
