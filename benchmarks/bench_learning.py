@@ -17,6 +17,7 @@ Run:  PYTHONPATH=. .venv/bin/python benchmarks/bench_learning.py            (def
       on a shared 2-core CPU)
       ... --iterations 20 --seeds 0 1 2 --group-size 8                      (a longer run)
       ... --skip-scienceworld / --skip-trap
+      ... --arms EMPO2 --p-memory 0.4                                        (one arm, the paper's p ablation)
 """
 
 from __future__ import annotations
@@ -57,7 +58,10 @@ def trap_config(arm: str, seed: int, args: argparse.Namespace) -> RunConfig:
         ),  # fmt: skip
     )
     over = ARMS[arm]
-    return base.with_overrides(rollout=over["rollout"], algo=over["algo"])
+    rollout = dict(over["rollout"])
+    if arm == "EMPO2" and args.p_memory is not None:
+        rollout["p_memory"] = args.p_memory  # the paper's p ablation (§4.2): 0.1, 0.25, 0.4, 0.7
+    return base.with_overrides(rollout=rollout, algo=over["algo"])
 
 
 def run_trap(args: argparse.Namespace, root: Path, embedder, policy, save) -> dict[str, dict[int, dict]]:
@@ -67,10 +71,10 @@ def run_trap(args: argparse.Namespace, root: Path, embedder, policy, save) -> di
     its own optimizer, so both arms start equal and no run pays the load time. `save(results)` is
     called after every iteration, so a run cut short still leaves its table and figure.
     """
-    results: dict[str, dict[int, dict]] = {arm: {} for arm in ARMS}
+    results: dict[str, dict[int, dict]] = {arm: {} for arm in args.arms}
     initial = [p.detach().clone() for p in policy.trainable_parameters()]
     for seed in args.seeds:
-        for arm in ARMS:
+        for arm in args.arms:
             cfg = trap_config(arm, seed, args)
             with torch.no_grad():
                 for p, p0 in zip(policy.trainable_parameters(), initial):
@@ -107,12 +111,12 @@ def _mean(values: list[float]) -> float:
 
 def trap_table(results: dict[str, dict[int, dict]], iterations: int, seeds: list[int]) -> str:
     lines = [
-        "| iteration | " + " | ".join(f"{a} success | {a} score" for a in ARMS) + " |",
-        "|---|" + "---|---|" * len(ARMS),
+        "| iteration | " + " | ".join(f"{a} success | {a} score" for a in results) + " |",
+        "|---|" + "---|---|" * len(results),
     ]
     for i in range(iterations):
         cells = []
-        for arm in ARMS:
+        for arm in results:
             rows = [r["rows"][i] for s in seeds if (r := results[arm].get(s)) and i < len(r["rows"])]
             cells.append(f"{_mean([r['rollout/success_rate'] for r in rows]):.2f}")
             cells.append(f"{_mean([r['rollout/score_mean'] for r in rows]):.1f}")
@@ -120,7 +124,7 @@ def trap_table(results: dict[str, dict[int, dict]], iterations: int, seeds: list
     last = max(1, iterations // 3)
     summary = ["", f"| arm | mean success, last {last} iterations | eval success (no memory) | eval score | wall s |",
                "|---|---|---|---|---|"]  # fmt: skip
-    for arm in ARMS:
+    for arm in results:
         runs = [results[arm][s] for s in seeds if s in results[arm]]
         tail = [r["rollout/success_rate"] for run in runs if len(run["rows"]) == iterations for r in run["rows"][-last:]]
         ev = [run["eval"] for run in runs if run["eval"]]
@@ -137,7 +141,7 @@ def trap_figure(results: dict[str, dict[int, dict]], seeds: list[int], path: Pat
 
     fig = make_subplots(rows=1, cols=2, subplot_titles=("success rate (training rollouts)", "mean score"))
     colors = {"EMPO2": "#d62728", "GRPO": "#1f77b4"}
-    for arm in ARMS:
+    for arm in results:
         for col, key in ((1, "rollout/success_rate"), (2, "rollout/score_mean")):
             done = [s for s in seeds if results[arm].get(s, {}).get("rows")]
             if not done:
@@ -205,6 +209,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--variations", type=int, nargs="+", default=[0, 1])
     ap.add_argument("--step-limit", type=int, default=8)
     ap.add_argument("--lr", type=float, default=TrainConfig().learning_rate)
+    ap.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS), help="arms to train (default: both)")
+    ap.add_argument("--p-memory", type=float, default=None, help="EMPO²'s memory-rollout probability p (default: the config's)")
     ap.add_argument("--eval-variations", type=int, default=2)
     ap.add_argument("--eval-repeats", type=int, default=2)
     ap.add_argument("--sw-task", default="find-living-thing")
@@ -224,9 +230,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"model loaded in {time.perf_counter() - t0:.0f}s", flush=True)
     report = [f"# bench_learning ({time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} CPU cores, torch {torch.__version__})", ""]
     if not args.skip_trap:
-        print(f"trap: {args.iterations} iterations × seeds {args.seeds} × arms {list(ARMS)}, group {args.group_size}")
+        print(f"trap: {args.iterations} iterations × seeds {args.seeds} × arms {args.arms}, group {args.group_size}")
         heading = (f"## Trap env ({args.task}, variations {args.variations}, group {args.group_size}, "
-                   f"step limit {args.step_limit}, lr {args.lr}, seeds {args.seeds})")  # fmt: skip
+                   f"step limit {args.step_limit}, lr {args.lr}, seeds {args.seeds}"
+                   + (f", EMPO² p {args.p_memory}" if args.p_memory is not None else "") + ")")  # fmt: skip
 
         def save(results: dict[str, dict[int, dict]]) -> None:
             (root / "learning.json").write_text(json.dumps(
