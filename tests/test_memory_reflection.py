@@ -99,52 +99,51 @@ def test_a_parroted_instruction_is_not_stored_as_a_tip():
         "The green light bulb is in the kitchen; go there first.")
 
 
+def _played(env, task: str, variation: int, actions: tuple[str, ...]) -> list[tuple[str, float, str]]:
+    """(action, reward, observation) per step from a fresh reset, the first observation as action ""."""
+    steps = [("", 0.0, env.reset(task, variation).text)]
+    for action in actions:
+        res = env.step(action)
+        steps.append((action, res.reward, res.observation.text))
+    return steps
+
+
 def test_record_line_from_a_trap_trajectory_exact():
     from empo2_studio.envs.trap import TrapEnv
     from empo2_studio.memory.reflection import record_line
 
     env = TrapEnv()
-    obs = env.reset("trap-light-bulb", 0)  # the green light bulb is in the kitchen (curated_tip says so)
-    assert env.curated_tip("trap-light-bulb", 0) == (
+    task = env.task_description("trap-light-bulb", 0)
+    assert env.curated_tip("trap-light-bulb", 0) == (  # the green light bulb is in the kitchen
         "The green light bulb is in the kitchen: go to kitchen, then focus on green light bulb, "
         "then turn on green light bulb."
     )
-    steps = [("", 0.0, obs.text)]
-    for action in ("go to workshop", "go to kitchen", "focus on green light bulb", "turn on green light bulb"):
-        res = env.step(action)
-        steps.append((action, res.reward, res.observation.text))
-    assert record_line(obs.task_description, steps) == (
+    won = _played(
+        env, "trap-light-bulb", 0,
+        ("go to workshop", "go to kitchen", "focus on green light bulb", "turn on green light bulb"),
+    )  # fmt: skip
+    assert record_line(task, won) == (
         "[from the record] The green light bulb was seen in the kitchen. "
         "Actions that scored: go to kitchen, focus on green light bulb, turn on green light bulb."
     )
-    env.reset("trap-light-bulb", 0)
-    failed = [("", 0.0, obs.text)]
-    for action in ("go to workshop", "go to hallway", "focus on red light bulb"):
-        res = env.step(action)
-        failed.append((action, res.reward, res.observation.text))
-    assert record_line(obs.task_description, failed) == (
+    failed = _played(env, "trap-light-bulb", 0, ("go to workshop", "go to hallway", "focus on red light bulb"))
+    assert record_line(task, failed) == (
         "[from the record] The green light bulb was not in: hallway, workshop. "
         "Action that failed the task: focus on red light bulb."
     )
     assert record_line("Your task is to boil water.", [("look around", 0.0, "You see nothing.")]) == ""
-    env.reset("trap-light-bulb", 0)
-    partial = [("", 0.0, obs.text)]
-    for action in ("go to kitchen", "turn on green light bulb", "turn on green light bulb"):
-        res = env.step(action)
-        partial.append((action, res.reward, res.observation.text))
+    partial = _played(
+        env, "trap-light-bulb", 0, ("go to kitchen", "turn on green light bulb", "turn on green light bulb")
+    )
     assert [r for _, r, _ in partial] == [0.0, 25.0, 0.0, 0.0]  # the room scores, turning on before focus does not
-    assert record_line(obs.task_description, partial) == (
+    assert record_line(task, partial) == (
         "[from the record] The green light bulb was seen in the kitchen. Actions that scored: go to kitchen. "
         "Next time: go to kitchen, then focus on green light bulb, then turn on green light bulb."
     )
-    env.reset("trap-light-bulb", 0)
-    focused = [("", 0.0, obs.text)]
-    for action in ("go to kitchen", "focus on green light bulb", "go to hallway"):
-        res = env.step(action)
-        focused.append((action, res.reward, res.observation.text))
+    focused = _played(env, "trap-light-bulb", 0, ("go to kitchen", "focus on green light bulb", "go to hallway"))
     assert [r for _, r, _ in focused] == [0.0, 25.0, 25.0, 0.0]
     # Focused but never turned on: the plan is still the whole winning path (each episode starts over).
-    assert record_line(obs.task_description, focused) == (
+    assert record_line(task, focused) == (
         "[from the record] The green light bulb was seen in the kitchen. "
         "Actions that scored: go to kitchen, focus on green light bulb. "
         "Next time: go to kitchen, then focus on green light bulb, then turn on green light bulb."
