@@ -39,6 +39,7 @@ import torch  # noqa: E402
 
 from empo2_studio.config import LOW_PROB_REFS, AlgoConfig, EnvConfig, MemoryConfig, RolloutConfig, RunConfig, TrainConfig  # noqa: E402
 from empo2_studio.envs.trap import TASKS, TrapEnv  # noqa: E402
+from empo2_studio.lesson import LessonSettings  # noqa: E402
 from empo2_studio.memory import TipStore, make_embedder  # noqa: E402
 from empo2_studio.policy import Turn, load_policy, prompts  # noqa: E402
 from empo2_studio.rollout import play_group, seed_policy  # noqa: E402
@@ -158,7 +159,7 @@ def part_distill(args, policy, embedder, root: Path, warm: list[torch.Tensor]) -
     train_vs = list(args.distill_variations)
     test_vs = list(env.variations(task, "test")[: args.variations_per_split])
     out: dict = {}
-    rows = {k: [] for k in ("train_before", "train_after", "test_before", "test_after", "p_before", "p_after", "mem")}
+    rows = {k: [] for k in ("train_before", "train_after", "test_before", "test_after", "p_before", "p_after", "mem", "pt_before", "pt_after")}
     for seed in args.seeds:
         with torch.no_grad():
             for p, w in zip(policy.trainable_parameters(), warm):
@@ -175,6 +176,7 @@ def part_distill(args, policy, embedder, root: Path, warm: list[torch.Tensor]) -
             return sum(ep.won for ep in eps) / len(eps), eps
 
         p_before, per_before = plan_prob_mean(policy, task, train_vs, False)
+        pt_before, per_test_before = plan_prob_mean(policy, task, test_vs, False)
         tr_before, naive_eps = naive_rate(train_vs, 0)
         te_before, _ = naive_rate(test_vs, 0)
         memory_eps = [ep for v in train_vs for ep in play(policy, trainer.store, task, v, "memory", args.episodes, seed * 1000 + v + 1, args.step_limit, args.temperature)]
@@ -188,11 +190,12 @@ def part_distill(args, policy, embedder, root: Path, warm: list[torch.Tensor]) -
                   f"[{time.perf_counter() - t0:.0f} s]", flush=True)  # fmt: skip
         policy.clear_cache()
         p_after, per_after = plan_prob_mean(policy, task, train_vs, False)
-        for v, b, a in zip(train_vs, per_before, per_after):
+        pt_after, per_test_after = plan_prob_mean(policy, task, test_vs, False)
+        for v, b, a in zip(train_vs + test_vs, per_before + per_test_before, per_after + per_test_after):
             print(f"  seed {seed} variation {v}: P(plan step | no tip) " + ", ".join(f"{x:.2f}→{y:.2f}" for x, y in zip(b, a)), flush=True)
         tr_after, _ = naive_rate(train_vs, 2)
         te_after, _ = naive_rate(test_vs, 2)
-        for key, val in zip(rows, (tr_before, tr_after, te_before, te_after, p_before, p_after, mem_rate)):
+        for key, val in zip(rows, (tr_before, tr_after, te_before, te_after, p_before, p_after, mem_rate, pt_before, pt_after)):
             rows[key].append(val)
         print(f"  seed {seed}: naive train {tr_before:.2f} → {tr_after:.2f}, test {te_before:.2f} → {te_after:.2f}, "
               f"memory {mem_rate:.2f}, P(plan action | no tip) {p_before:.2f} → {p_after:.2f}", flush=True)  # fmt: skip
@@ -207,6 +210,7 @@ def part_distill(args, policy, embedder, root: Path, warm: list[torch.Tensor]) -
         f"| naive success, distilled variations | {spread(rows['train_before'])} | {spread(rows['train_after'])} |",
         f"| naive success, unseen test variations {test_vs[0]}–{test_vs[-1]} | {spread(rows['test_before'])} | {spread(rows['test_after'])} |",
         f"| P(the tip's plan action), no tip in the prompt, mean over plan steps | {spread(rows['p_before'])} | {spread(rows['p_after'])} |",
+        f"| P(the test variations' plan action), no tip, mean over plan steps | {spread(rows['pt_before'])} | {spread(rows['pt_after'])} |",
         f"| memory success (the distilled episodes) | {spread(rows['mem'])} | |",
     ]
     return "\n".join(lines), out
@@ -313,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--temperature", type=float, default=1.0)
     ap.add_argument("--distill-task", default="trap-light-bulb", choices=list(TASKS))
     ap.add_argument("--distill-variations", type=int, nargs="+", default=[0, 1])
-    ap.add_argument("--distill-steps", type=int, default=3)
+    ap.add_argument("--distill-steps", type=int, default=LessonSettings().distill_steps, help="Distill-now calls (default: the Lesson's)")
     ap.add_argument("--distill-lr", type=float, default=TrainConfig().learning_rate)
     ap.add_argument("--distill-epochs", type=int, default=TrainConfig().update_epochs, help="optimizer passes per distill step")
     ap.add_argument("--low-prob-ref", default=AlgoConfig().low_prob_ref, choices=LOW_PROB_REFS)

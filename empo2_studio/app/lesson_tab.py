@@ -39,11 +39,11 @@ TABLE_HEADERS = ["variation", "episodes", "successes", "success rate", "mean sco
 DISTILL_HEADERS = ["step", "loss/policy", "no signal", "grad norm"]
 JOB_KIND = "lesson"
 LESSON_LEARNING_RATE = 2e-3
-"""The lesson's LoRA learning rate for Distill now. Measured with the shipped warm start, 3 steps on 16
-memory episodes of trap-light-bulb variations 0–1 (benchmarks/bench_lesson.py part distill, seeds 0–2):
-at 2e-3 naive success 0.00 → 0.38 (0.31–0.44) and P(the tip's plan action | no tip) 0.24 → 0.76; at 1e-3
-(seed 0) P 0.24 → 0.68; at 5e-4 (seed 0, 8 episodes) naive success 0.00 → 0.25. The training default
-(1e-4) barely moves the adapter in 3 steps."""
+"""The lesson's LoRA learning rate for Distill now. Measured with the shipped warm start on 16 memory
+episodes of trap-light-bulb variations 0–1 (benchmarks/bench_lesson.py part distill, seeds 0–2): after 3
+steps at 2e-3 naive success 0.00 → 0.38 (0.31–0.44), after 5 (the default) → 0.44 (0.38–0.50) with
+P(the tip's plan action | no tip) 0.24 → 0.77; 3 steps at 1e-3 → 0.35 (0.31–0.38); at 5e-4 (seed 0,
+8 episodes) → 0.25. The training default (1e-4) barely moves the adapter in a few steps."""
 
 
 # ---- the lesson's own session -----------------------------------------------------------------------
@@ -315,7 +315,7 @@ def build_lesson_tab(studio: Any) -> dict[str, Any]:
         variations = gr.Dropdown([str(v) for v in TRAIN_VARIATIONS], value=["0", "1"], multiselect=True,
                                  label=f"Variations (train, ≤ {MAX_TIP_BOXES})", elem_id="ls-variations")  # fmt: skip
         episodes = gr.Number(8, label="Episodes per variation", precision=0, elem_id="ls-episodes")
-        distill_steps = gr.Number(3, label="Distill steps", precision=0, elem_id="ls-distill-steps")
+        distill_steps = gr.Number(LessonSettings().distill_steps, label="Distill steps", precision=0, elem_id="ls-distill-steps")
     session_md = gr.Markdown(elem_id="ls-session")
     gr.Markdown("**Curated tips** (stage 2 stores exactly what these boxes say; pre-filled with where the "
                 "target is and the winning actions)")
