@@ -169,15 +169,20 @@ def test_reset_is_deterministic(sw):
          ["go to kitchen", "look around", "focus on {}", "move {} to red box"],
          8.0, [17.0, 0.0, 50.0, 25.0]),
         # Focusing on the longest-lived animal already completes the task; the final "wait1" is unused.
+        # The generator walks outside through the greenhouse or, rarely, the kitchen (both doors are
+        # open in "easy"; both routes score 25, 25, 50): "{room}" below.
         ("lifespan-longest-lived",
-         ["go to greenhouse", "go to outside", "focus on baby baby brown bear", "wait1"],
+         ["go to {room}", "go to outside", "focus on baby baby brown bear", "wait1"],
          0.0, [25.0, 25.0, 50.0]),
     ],
 )
 def test_gold_path_reaches_100(sw, task, expected, start_score, rewards):
     gold = sw.gold_path(task, 0)
     thing = gold[2].removeprefix("focus on ")
-    assert gold == [a.format(thing) for a in expected]
+    room = gold[0].removeprefix("go to ")
+    assert gold == [a.format(thing, room=room) for a in expected]
+    if "{room}" in expected[0]:
+        assert room in ("greenhouse", "kitchen")
     obs = sw.reset(task, 0)
     assert obs.score == start_score
     results = []
