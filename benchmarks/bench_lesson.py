@@ -158,8 +158,7 @@ def part_distill(args, policy, embedder, root: Path, warm: list[torch.Tensor]) -
     task = args.distill_task
     train_vs = list(args.distill_variations)
     test_vs = list(env.variations(task, "test")[: args.variations_per_split])
-    out: dict = {}
-    rows = {k: [] for k in ("train_before", "train_after", "test_before", "test_after", "p_before", "p_after", "mem", "pt_before", "pt_after")}
+    rows: dict[str, list[float]] = {}
     for seed in args.seeds:
         with torch.no_grad():
             for p, w in zip(policy.trainable_parameters(), warm):
@@ -195,12 +194,13 @@ def part_distill(args, policy, embedder, root: Path, warm: list[torch.Tensor]) -
             print(f"  seed {seed} variation {v}: P(plan step | no tip) " + ", ".join(f"{x:.2f}→{y:.2f}" for x, y in zip(b, a)), flush=True)
         tr_after, _ = naive_rate(train_vs, 2)
         te_after, _ = naive_rate(test_vs, 2)
-        for key, val in zip(rows, (tr_before, tr_after, te_before, te_after, p_before, p_after, mem_rate, pt_before, pt_after)):
-            rows[key].append(val)
+        measured = dict(train_before=tr_before, train_after=tr_after, test_before=te_before, test_after=te_after,
+                        p_before=p_before, p_after=p_after, pt_before=pt_before, pt_after=pt_after, mem=mem_rate)  # fmt: skip
+        for key, val in measured.items():
+            rows.setdefault(key, []).append(val)
         print(f"  seed {seed}: naive train {tr_before:.2f} → {tr_after:.2f}, test {te_before:.2f} → {te_after:.2f}, "
               f"memory {mem_rate:.2f}, P(plan action | no tip) {p_before:.2f} → {p_after:.2f}", flush=True)  # fmt: skip
         trainer.close()
-    out = rows
     lines = [
         f"### Distill now: {task}, variations {train_vs}, {args.episodes} naive + {args.episodes} memory episodes "
         f"per variation, {args.distill_steps} distill steps at lr {args.distill_lr}, seeds {args.seeds}",
@@ -213,7 +213,7 @@ def part_distill(args, policy, embedder, root: Path, warm: list[torch.Tensor]) -
         f"| P(the test variations' plan action), no tip, mean over plan steps | {spread(rows['pt_before'])} | {spread(rows['pt_after'])} |",
         f"| memory success (the distilled episodes) | {spread(rows['mem'])} | |",
     ]
-    return "\n".join(lines), out
+    return "\n".join(lines), rows
 
 
 def part_adapt(args, policy, embedder, root: Path, warm: list[torch.Tensor]) -> tuple[str, dict]:
