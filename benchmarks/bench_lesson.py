@@ -67,12 +67,14 @@ def plan_probs(policy, task: str, variation: int, with_tip: bool) -> list[float]
     tip = [RetrievedTip("t", env.curated_tip(task, variation), 100.0, 1.0)]
     fmt = policy.chat_format
     turns: list[Turn] = []
+    history: list[str] = []
     for k, action in enumerate(env.gold_path(task, variation)):
         user = prompts.first_user_message("trap", obs, ()) if k == 0 else prompts.step_user_message(obs, "trap")
-        if with_tip:
-            user = prompts.with_tips(user, tip, "compact")
+        if with_tip:  # as the rollout shows it: the plan from its first step not played yet
+            user = prompts.with_tips(user, [prompts.with_plan_progress(t, history) for t in tip], "compact")
         turns.append(Turn(user, fmt.encode(action) + (fmt.eot_id,), obs.valid_actions))
         obs = env.step(action).observation
+        history.append(action)
     with torch.no_grad():
         scored = policy.score([turns])[0]
     return [float(lp.sum().exp()) for lp in scored]

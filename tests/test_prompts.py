@@ -108,3 +108,36 @@ def test_compact_prompt_keeps_the_first_three_distinct_notes():
     assert [t.tip_id for t in cut] == ["t4", "t6"]
     assert prompts.tips_block(shown, "compact") == "\n\n" + prompts.COMPACT_NOTES_HEADER + "\n- A\n- B\n- C"
     assert prompts.compact_notes_cut([]) == ([], [])
+
+
+PLAN = "The can is in the shed and the fern is in the bedroom: go to shed, then pick up can, then go to hallway, then go to bedroom, then water fern."
+
+
+def test_remaining_plan_drops_the_steps_already_played_in_order():
+    rest = prompts.remaining_plan
+    assert rest(PLAN, []) == PLAN
+    # detours between plan steps do not matter; the plan resumes at its first unplayed step
+    assert rest(PLAN, ["go to kitchen", "go to hallway", "go to shed", "look around", "pick up can"]) == (
+        "The can is in the shed and the fern is in the bedroom: go to hallway, then go to bedroom, then water fern."
+    )
+    # out of order does not count: "pick up can" before "go to shed" matches nothing
+    assert rest(PLAN, ["pick up can", "go to hallway"]) == PLAN
+    # every step played (the episode went on after the plan) or no plan at all: unchanged
+    done = ["go to shed", "pick up can", "go to hallway", "go to bedroom", "water fern"]
+    assert rest(PLAN, done) == PLAN
+    assert rest("Explore every room before you focus.", ["go to shed"]) == "Explore every room before you focus."
+    # a record line's plan follows its last ": ", and a stored entry's note has no final period
+    record = "[from the record] The fern was seen in the bedroom. Next time: go to bedroom, then focus on fern"
+    assert rest(record, ["go to bedroom"]) == "[from the record] The fern was seen in the bedroom. Next time: focus on fern"
+
+
+def test_with_plan_progress_keeps_the_entry_suffix_and_the_tip_id():
+    suffix = f"{prompts.ENTRY_SUFFIX}go to shed; the episode ended with score 20.0/100"
+    tip = RetrievedTip("t1", PLAN.rstrip(".") + suffix, 20.0, 0.7)
+    shown = prompts.with_plan_progress(tip, ["go to shed"])
+    assert shown.tip_id == "t1" and shown.score == 20.0 and shown.similarity == 0.7
+    assert shown.text == (
+        "The can is in the shed and the fern is in the bedroom: pick up can, then go to hallway, then go to bedroom, "
+        "then water fern" + suffix
+    )
+    assert prompts.with_plan_progress(tip, ["look around"]) is tip

@@ -277,3 +277,18 @@ def test_a_compact_prompt_shows_three_notes_and_says_why_not_the_rest(store):
         assert [prompts.note_text(k.text) for k in cut] == ["Focus on the bulb.", "Turn it on."]
         assert cut[0].reason == "beyond the 3 notes a compact prompt shows (score 87.0)"
         assert "Turn it on." not in with_tips_message(s, "trap")
+
+
+def test_a_curated_plan_is_shown_from_its_first_unplayed_step(store):
+    env = TrapEnv()
+    gold = env.gold_path(TASK, 0)
+    store.add_tip(TASK, 0, env.curated_tip(TASK, 0), score=100.0)
+    where = env.curated_tip(TASK, 0).split(": ")[0]
+    policy = ScriptedPolicy(lambda req: gold[len(req.turns) - 1])
+    (episode,) = _group(policy, store, "memory", n=1, limit=len(gold))
+    assert [s.action for s in episode.steps] == gold and episode.won
+    for k, step in enumerate(episode.steps):
+        (tip,) = step.tips
+        assert prompts.note_text(tip.text) == f"{where}: " + ", then ".join(gold[k:]) + "."
+        # what the policy was shown is what every later rebuild (scoring, reflection) renders
+        assert policy.calls[k][0].turns[-1].user_text == with_tips_message(step, "trap")

@@ -23,6 +23,7 @@ In memory rollouts the retrieved tips are appended to the step's user message as
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Sequence
 
@@ -149,6 +150,52 @@ def compact_notes_cut(tips: Sequence[RetrievedTip]) -> tuple[list[RetrievedTip],
             kept_notes.append(note)
         (shown if note in kept_notes else cut).append(t)
     return shown, cut
+
+
+PLAN_SEPARATOR = ", then "
+"""How a note's plan joins its steps: curated tips (`TrapEnv.curated_tip`) and record lines
+(`memory.reflection.record_line`) both write "…: go to kitchen, then focus on X, then turn on X"."""
+
+
+def remaining_plan(note: str, played: Sequence[str]) -> str:
+    """`note` with the leading steps of its plan that the agent has already played dropped.
+
+    The plan is the text after the note's last ": ", its steps joined by `PLAN_SEPARATOR`. Steps are
+    matched in order against `played` (the episode's actions so far, a subsequence match, so detours
+    in between do not matter); the note is returned unchanged when no step or every step matched, or
+    when it has no plan. The 135M model cannot keep its place in a plan of 4+ steps: back in the
+    hallway with the watering can it gave the plan's next room 0.18 and the first room it names 0.34,
+    and in the flower's room "focus" 0.32 (bench_lesson, README "Departures"). The prompt keeps the
+    place for it; what it uses is its own history, never the environment's state.
+
+    >>> note = "The can is in the shed: go to shed, then pick up can, then go to hallway."
+    >>> remaining_plan(note, ["go to kitchen", "go to shed"])
+    'The can is in the shed: pick up can, then go to hallway.'
+    >>> remaining_plan(note, ["pick up can"]) == note  # the first step was never played
+    True
+    """
+    head, sep, tail = note.rpartition(": ")
+    if not sep:
+        return note
+    end = "." if tail.rstrip().endswith(".") else ""
+    steps = [s.strip() for s in tail.rstrip().rstrip(".").split(PLAN_SEPARATOR)]
+    done = 0
+    for action in played:
+        if done < len(steps) and action.strip() == steps[done]:
+            done += 1
+    if done in (0, len(steps)):
+        return note
+    return f"{head}: {PLAN_SEPARATOR.join(steps[done:])}{end}"
+
+
+def with_plan_progress(tip: RetrievedTip, played: Sequence[str]) -> RetrievedTip:
+    """`tip` as a compact prompt shows it after `played`: its note's plan from the first step not yet
+    played (`remaining_plan`), the stored entry's per-step suffix kept."""
+    note, sep, rest = tip.text.partition(ENTRY_SUFFIX)
+    shown = remaining_plan(note.strip(), played)
+    if shown == note.strip():
+        return tip
+    return dataclasses.replace(tip, text=shown + sep + rest)
 
 
 def tips_block(tips: Sequence[RetrievedTip], style: str = "paper") -> str:
