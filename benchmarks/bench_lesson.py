@@ -323,6 +323,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--distill-lr", type=float, default=TrainConfig().learning_rate)
     ap.add_argument("--distill-epochs", type=int, default=TrainConfig().update_epochs, help="optimizer passes per distill step")
     ap.add_argument("--low-prob-ref", default=AlgoConfig().low_prob_ref, choices=LOW_PROB_REFS)
+    ap.add_argument("--warm-start", default=RunConfig().policy.warm_start, help="auto (the shipped adapter) | none | DIR")
     ap.add_argument("--root", type=Path, default=None, help="sessions root (default: $EMPO2_SESSIONS_DIR or ./sessions)")
     args = ap.parse_args(argv)
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
@@ -330,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
     root.mkdir(parents=True, exist_ok=True)
     embedder = make_embedder("minilm")
     t0 = time.perf_counter()
-    policy = load_policy(RunConfig().policy)
+    policy = load_policy(dataclasses.replace(RunConfig().policy, warm_start=args.warm_start))
     print(f"model loaded in {time.perf_counter() - t0:.0f}s (version {policy.version})", flush=True)
     warm = [p.detach().clone() for p in policy.trainable_parameters()]
     report = [f"# bench_lesson ({time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} CPU cores, torch {torch.__version__}, "

@@ -11,6 +11,9 @@ What it learns, on the constrained-decoding distribution over the step's valid a
    (variations 24–35 of every task), with notes in the two forms the studio produces (a teacher's curated
    tip, and the structured "[from the record]" line a played episode writes), sometimes next to an
    uninformative note, and trajectories that start with 0–2 detours so the model also learns to recover;
+   each note is shown as the rollout shows it, its plan from the first step not yet played
+   (`prompts.remaining_plan`; v2 saw the whole plan at every step and could not keep its place in
+   water-plant's 6-step plans: memory success 0.00 with a correct tip);
 2. on the same layouts *without* notes, nothing new: a KL(base ‖ adapted) term over the allowed tokens
    at every action position of random note-free walks keeps the note-free policy at the base model's.
    Without it (the first version) the note-free reflex became one fixed door ("go to bedroom", 0.98, on
@@ -19,7 +22,7 @@ What it learns, on the constrained-decoding distribution over the step's valid a
 LoRA adapts the last 12 of the 30 layers (`--last-layers`): autograd stops there, so every later
 backward pass of a run costs 12 layers, not 30, and stores their activations only.
 
-    .venv/bin/python scripts/make_warmstart.py            # ~25 min on a shared 2-core CPU; writes assets/warmstart/
+    .venv/bin/python scripts/make_warmstart.py            # ~6 min on a quiet 2-core Xeon (AVX-512), ~25 min on a shared EPYC; writes assets/warmstart/
     .venv/bin/python scripts/make_warmstart.py --epochs 1 --out /tmp/ws   # a quick try elsewhere
 
 The output is a PEFT adapter directory plus `warmstart.json` (what it was trained on, its loss curve).
@@ -140,7 +143,8 @@ def conversation(task: str, variation: int, rng: random.Random, step_limit: int 
         else:
             action = next_action(env)
             learn.append(i)
-        turns.append((prompts.with_tips(user, tips, "compact"), action, obs.valid_actions))
+        shown = [prompts.with_plan_progress(t, [a for _, a, _ in turns]) for t in tips]  # as the rollout shows them
+        turns.append((prompts.with_tips(user, shown, "compact"), action, obs.valid_actions))
         res = env.step(action)
         obs = res.observation
         if res.done:
@@ -209,7 +213,8 @@ def main(argv: list[str] | None = None) -> int:
     meta = {
         "base_model": EMBEDDED_MODEL,
         "trained_on": "trap dev variations 24-35 of every task (never train/test): note-following "
-        "turns (likelihood) and note-free random walks (KL to the base model)",
+        "turns (likelihood; notes shown from their plan's first unplayed step, as the rollout shows them) "
+        "and note-free random walks (KL to the base model)",
         "last_layers": args.last_layers, "anchor_weight": args.anchor_weight, "epochs": args.epochs, "per_layout": args.per_layout, "batch": args.batch, "lr": args.lr, "seed": args.seed,
         "seconds": round(time.time() - t0, 1), "history": history,
     }  # fmt: skip
