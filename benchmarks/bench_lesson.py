@@ -10,7 +10,7 @@ episodes and a group of memory episodes whose memory holds one correct curated t
 without and with the tip in the prompt.
 
 Part "distill" (bar 3): per seed, a fresh session from the warm start; naive and memory episodes on the
-task's first two train variations; `Trainer.distill` on the memory episodes (no new rollouts), several
+task's first two train variations, played as the Lesson plays them (no training group); `Trainer.distill` on the memory episodes (no new rollouts), several
 steps; naive success on those variations and on unseen test variations, before and after; P(tip's first
 action | no tip) before and after.
 
@@ -91,13 +91,15 @@ def plan_prob_mean(policy, task: str, variations, with_tip: bool) -> tuple[float
     return statistics.fmean(p for ps in per for p in ps), per
 
 
-def play(policy, store, task: str, variation: int, mode: str, n: int, seed: int, step_limit: int, temperature: float):
+def play(policy, store, task: str, variation: int, mode: str, n: int, seed: int, step_limit: int, temperature: float,
+         group_id: str | None = None):
+    """`n` episodes in lock-step; `group_id` "" plays them as the Lesson does (no training group)."""
     envs = [TrapEnv(step_limit=step_limit) for _ in range(n)]
     seed_policy(policy, seed)
     split = "test" if variation >= 36 else "train"
     return play_group(
         envs, policy, store, task=task, variation=variation, split=split, rollout_mode=mode, update_mode=None,
-        temperature=temperature, seed=seed,
+        temperature=temperature, seed=seed, group_id=group_id,
     )  # fmt: skip
 
 
@@ -173,14 +175,17 @@ def part_distill(args, policy, embedder, root: Path, warm: list[torch.Tensor]) -
             trainer.store.add_tip(task, v, env.curated_tip(task, v), score=100.0)
 
         def naive_rate(vs: list[int], tag: int) -> tuple[float, list]:
-            eps = [ep for v in vs for ep in play(policy, trainer.store, task, v, "naive", args.episodes, seed * 1000 + v + tag, args.step_limit, args.temperature)]
+            eps = [ep for v in vs for ep in play(policy, trainer.store, task, v, "naive", args.episodes, seed * 1000 + v + tag, args.step_limit, args.temperature, group_id="")]
             return sum(ep.won for ep in eps) / len(eps), eps
 
         p_before, per_before = plan_prob_mean(policy, task, train_vs, False)
         pt_before, per_test_before = plan_prob_mean(policy, task, test_vs, False)
         tr_before, naive_eps = naive_rate(train_vs, 0)
         te_before, _ = naive_rate(test_vs, 0)
-        memory_eps = [ep for v in train_vs for ep in play(policy, trainer.store, task, v, "memory", args.episodes, seed * 1000 + v + 1, args.step_limit, args.temperature)]
+        # As the Lesson plays them: no training group, so Distill measures the memory episodes against the
+        # naive ones of their variation (Trainer.distill). In a group of their own, memory episodes that
+        # all succeed have every advantage 0 and distil nothing (v3 warm start: 1.00 success, P unmoved).
+        memory_eps = [ep for v in train_vs for ep in play(policy, trainer.store, task, v, "memory", args.episodes, seed * 1000 + v + 1, args.step_limit, args.temperature, group_id="")]
         session.append_episodes(naive_eps + memory_eps)
         mem_rate = sum(ep.won for ep in memory_eps) / len(memory_eps)
         t0 = time.perf_counter()

@@ -84,3 +84,33 @@ def test_allowed_logprobs_are_a_distribution_that_contains_the_score():
     torch.testing.assert_close(picked, scored, atol=1e-6, rtol=0)
     with pytest.raises(ValueError, match="constrained decoding"):
         build_tiny_policy("free", seed=5).allowed_logprobs(conv)
+
+
+def test_checkpointing_keeps_less_for_the_backward_and_the_same_gradients():
+    plain = build_tiny_policy(seed=4, lora_layers=1, gradient_checkpointing=False)
+    ckpt = build_tiny_policy(seed=4, lora_layers=1, gradient_checkpointing=True)
+    with torch.no_grad():  # the same non-zero adapter in both (B starts at 0)
+        for p, q in zip(plain.trainable_parameters(), ckpt.trainable_parameters()):
+            p.add_(0.05)
+            q.copy_(p)
+        # no-grad scoring is untouched
+        torch.testing.assert_close(ckpt.score([_conv(ckpt)])[0][1], plain.score([_conv(plain)])[0][1])
+    saved, grads = [], []
+    for policy in (plain, ckpt):
+        sizes: list[int] = []
+
+        def pack(t, sizes=sizes, vocab=policy.model.config.vocab_size):
+            if t.dim() == 0 or t.shape[-1] != vocab:  # the logits the loss needs are kept either way
+                sizes.append(t.numel() * t.element_size())
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            logp = torch.cat([lp for per in policy.score([_conv(policy)]) for lp in per])
+        (-logp.sum()).backward()
+        saved.append(sum(sizes))
+        grads.append([p.grad.clone() for p in policy.trainable_parameters()])
+    # the adapted layer's activations are recomputed in the backward instead of kept
+    assert saved[1] < saved[0] / 4, saved
+    for g_plain, g_ckpt in zip(*grads, strict=True):
+        torch.testing.assert_close(g_ckpt, g_plain, rtol=1e-5, atol=1e-7)
+    assert not any(m.training for m in ckpt.model.modules())  # the model stays in eval mode

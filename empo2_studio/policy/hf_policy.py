@@ -13,14 +13,16 @@ adapter I/O — PEFT directory format.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import uuid
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import torch
 
 from empo2_studio.policy import ActionRequest, Turn, logprob_temperature
+from empo2_studio.policy.loading import CHECKPOINTED
 from empo2_studio.policy.sampling import CachedSampler
 from empo2_studio.policy.tokens import ActionTrie, ChatFormat
 from empo2_studio.types import DECODINGS, ActionSample
@@ -61,6 +63,7 @@ class HFPolicy:
         """A wrapper of `model` (e.g. torch DDP) that grad-enabled scoring calls instead of `model`:
         data parallelism needs the forwards it will reduce to pass through it. Sampling, tips and
         no-grad scoring keep calling `model` (same parameters, no collectives)."""
+        self._checkpointed: list[Any] | None = None  # the layers `_checkpointing` switches, found once
 
     @property
     def device(self) -> torch.device:
@@ -230,8 +233,27 @@ class HFPolicy:
     def _logits(self, ids: list[int], positions: list[int]) -> torch.Tensor:
         x = torch.tensor([ids], device=self.device)
         keep = torch.tensor(positions, dtype=torch.long, device=self.device)
-        model = self.train_forward if self.train_forward is not None and torch.is_grad_enabled() else self.model
-        return model(input_ids=x, use_cache=False, logits_to_keep=keep).logits[0].float()
+        if not torch.is_grad_enabled():
+            return self.model(input_ids=x, use_cache=False, logits_to_keep=keep).logits[0].float()
+        model = self.train_forward if self.train_forward is not None else self.model
+        with self._checkpointing():
+            return model(input_ids=x, use_cache=False, logits_to_keep=keep).logits[0].float()
+
+    @contextlib.contextmanager
+    def _checkpointing(self) -> Iterator[None]:
+        """Activation checkpointing on for the layers `loading.checkpoint_adapted_layers` marked
+        (transformers checkpoints a layer only in training mode; the model otherwise stays in eval, so
+        dropout and the rest of the model are untouched). A no-op when none are marked."""
+        if self._checkpointed is None:
+            self._checkpointed = [m for m in self.model.modules() if getattr(m, CHECKPOINTED, False)]
+        before = [m.training for m in self._checkpointed]
+        for m in self._checkpointed:
+            m.training = True
+        try:
+            yield
+        finally:
+            for m, was in zip(self._checkpointed, before):
+                m.training = was
 
     def _masks(self, conv: Sequence[Turn]) -> list[list[int]] | None:
         if self.decoding != "constrained":

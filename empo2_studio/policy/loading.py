@@ -287,13 +287,9 @@ def add_lora(model: Any, cfg: PolicyConfig, last_layers: int | None = None) -> A
         )
     layers = lora_layer_indices(model, last_layers)
     if getattr(model, "is_loaded_in_4bit", False) or getattr(model, "is_loaded_in_8bit", False):
-        model = prepare_model_for_kbit_training(
-            model, use_gradient_checkpointing=cfg.gradient_checkpointing
-        )
-    elif cfg.gradient_checkpointing:
-        model.gradient_checkpointing_enable()
-    if cfg.gradient_checkpointing:
-        model.enable_input_require_grads()
+        # Checkpointing is ours (adapted layers only, below), not transformers' whole-model one, which
+        # needs grad on the embeddings and so a backward through every layer.
+        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
     lora = LoraConfig(
         r=cfg.lora_r,
         lora_alpha=cfg.lora_alpha,
@@ -302,7 +298,37 @@ def add_lora(model: Any, cfg: PolicyConfig, last_layers: int | None = None) -> A
         layers_to_transform=layers,
         task_type="CAUSAL_LM",
     )
-    return get_peft_model(model, lora).eval()
+    model = get_peft_model(model, lora).eval()
+    if cfg.gradient_checkpointing:
+        checkpoint_adapted_layers(model)
+    return model
+
+
+CHECKPOINTED = "_empo2_checkpointed"
+"""Attribute set on the decoder layers `checkpoint_adapted_layers` marks (`HFPolicy` switches them)."""
+
+
+def checkpoint_adapted_layers(model: Any) -> int:
+    """Mark every decoder layer that holds trainable LoRA weights for activation checkpointing
+    (non-reentrant: the layers below the lowest adapted one stay outside autograd, whose input needs
+    no grad). A grad-enabled forward then keeps only each adapted layer's input, (T, hidden) per
+    layer, and recomputes the layer in the backward pass; `HFPolicy` turns it on for its graded
+    forwards only. Returns how many layers were marked."""
+    import functools
+
+    import torch.utils.checkpoint
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    marked = 0
+    for module in model.modules():
+        if isinstance(module, GradientCheckpointingLayer) and any(
+            p.requires_grad for n, p in module.named_parameters() if "lora_" in n
+        ):
+            module.gradient_checkpointing = True
+            module._gradient_checkpointing_func = functools.partial(torch.utils.checkpoint.checkpoint, use_reentrant=False)
+            setattr(module, CHECKPOINTED, True)
+            marked += 1
+    return marked
 
 
 # ---- adapter compatibility, checked before anything is built -----------------------------------------
@@ -531,6 +557,7 @@ def build_tiny_policy(
     max_action_tokens: int = 32,
     max_tip_tokens: int = 16,
     lora_layers: int | None = None,
+    gradient_checkpointing: bool = True,
 ) -> Any:
     """A small random-initialised Llama (2 layers, hidden 64) with the real SmolLM2 tokenizer and a
     LoRA adapter (on the last `lora_layers` layers; None = both): the same `HFPolicy` as the real
@@ -564,7 +591,7 @@ def build_tiny_policy(
         with tempfile.TemporaryDirectory(prefix="empo2-tiny-") as tmp:
             model.save_pretrained(tmp)
             model = load_base_model(tmp, quantization, "cpu")
-    cfg = PolicyConfig(model=TINY_MODEL_NAME, quantization=quantization, decoding=decoding, lora_r=lora_r)  # type: ignore[arg-type]
+    cfg = PolicyConfig(model=TINY_MODEL_NAME, quantization=quantization, decoding=decoding, lora_r=lora_r, gradient_checkpointing=gradient_checkpointing)  # type: ignore[arg-type]
     torch.manual_seed(seed)
     model = add_lora(model, cfg, lora_layers)
     return HFPolicy(
