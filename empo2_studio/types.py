@@ -99,6 +99,8 @@ class RetrievedTip:
     """The score of the episode that wrote it (−100 … 100); retrieval orders by this."""
     similarity: float
     """Cosine similarity between the step's conversation and the tip's key (−1 … 1)."""
+    pinned: bool = False
+    """A curated tip, shown at every step of its task and variation (`MemoryConfig.pin_curated`)."""
 
 
 @dataclass(frozen=True, slots=True)

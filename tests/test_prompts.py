@@ -141,3 +141,26 @@ def test_with_plan_progress_keeps_the_entry_suffix_and_the_tip_id():
         "then water fern" + suffix
     )
     assert prompts.with_plan_progress(tip, ["look around"]) is tip
+
+
+def test_remaining_plan_finds_the_plan_sentence_and_keeps_what_follows():
+    record = (
+        "[from the record] The bulb was seen in the workshop. Actions that scored: go to workshop. "
+        "Next time: go to workshop, then focus on bulb, then turn on bulb. [the model's note] Note: look first."
+    )
+    # "Actions that scored: go to workshop" is a one-step sentence, not a plan; the model's note is kept
+    assert prompts.remaining_plan(record, ["go to workshop"]) == (
+        "[from the record] The bulb was seen in the workshop. Actions that scored: go to workshop. "
+        "Next time: focus on bulb, then turn on bulb. [the model's note] Note: look first."
+    )
+
+
+def test_pinned_curated_tips_are_the_only_notes_a_compact_prompt_shows():
+    def entry(i, note, pinned=False):
+        return RetrievedTip(f"t{i}", note, 100.0 - i, 0.9, pinned)
+
+    tips = [entry(0, "Curated A.", True), entry(1, "Curated B.", True), entry(2, "Own note."), entry(3, "Curated A.", True)]
+    shown, cut = prompts.compact_notes_cut(tips)
+    assert [t.tip_id for t in shown] == ["t0", "t1", "t3"] and [t.tip_id for t in cut] == ["t2"]
+    unpinned = [entry(0, "A"), entry(1, "B")]
+    assert prompts.compact_notes_cut(unpinned) == (unpinned, [])

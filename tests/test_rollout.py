@@ -289,6 +289,7 @@ def test_a_curated_plan_is_shown_from_its_first_unplayed_step(store):
     assert [s.action for s in episode.steps] == gold and episode.won
     for k, step in enumerate(episode.steps):
         (tip,) = step.tips
+        assert tip.pinned  # a hand-added tip is curated, so pinned
         assert prompts.note_text(tip.text) == f"{where}: " + ", then ".join(gold[k:]) + "."
         # what the policy was shown is what every later rebuild (scoring, reflection) renders
         assert policy.calls[k][0].turns[-1].user_text == with_tips_message(step, "trap")

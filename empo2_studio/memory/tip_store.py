@@ -241,7 +241,7 @@ class TipStore:
             first = pin[np.lexsort((-seqs[pin], -sims[pin], -scores[pin]))]  # last key sorts first
             rest = hit[np.lexsort((-seqs[hit], -sims[hit], -scores[hit]))]
             chosen = np.concatenate([first, rest])[:k]
-            return [RetrievedTip(ids[i], texts[i], float(scores[i]), float(sims[i])) for i in chosen]
+            return [RetrievedTip(ids[i], texts[i], float(scores[i]), float(sims[i]), bool(pinned[i])) for i in chosen]
         if engine != "lancedb":
             raise ValueError(f"engine must be 'numpy' or 'lancedb', got {engine!r}")
         where = rec.where_clause(task=task, variation=variation, enabled=True)

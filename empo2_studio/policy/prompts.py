@@ -141,7 +141,17 @@ took 184 s, most of it reading tips (bench_lesson part speed; README, Benchmarks
 
 def compact_notes_cut(tips: Sequence[RetrievedTip]) -> tuple[list[RetrievedTip], list[RetrievedTip]]:
     """Split retrieved entries (in retrieval order: best score first) into those whose note is one of
-    the first `COMPACT_MAX_NOTES` distinct notes, and the rest (not shown in a compact prompt)."""
+    the first `COMPACT_MAX_NOTES` distinct notes, and the rest (not shown in a compact prompt). When
+    curated tips are pinned, only they are shown: a teacher's tip next to the agent's own notes of
+    failed episodes lost to them (trap-light-bulb v1, in the bulb's room: P(focus) 0.95 with the
+    curated tip alone, 0.34 with two record lines beside it, one of them naming the hallway)."""
+    if any(t.pinned for t in tips):
+        shown, cut = _first_notes([t for t in tips if t.pinned])
+        return shown, cut + [t for t in tips if not t.pinned]
+    return _first_notes(tips)
+
+
+def _first_notes(tips: Sequence[RetrievedTip]) -> tuple[list[RetrievedTip], list[RetrievedTip]]:
     kept_notes: list[str] = []
     shown, cut = [], []
     for t in tips:
@@ -160,7 +170,8 @@ PLAN_SEPARATOR = ", then "
 def remaining_plan(note: str, played: Sequence[str]) -> str:
     """`note` with the leading steps of its plan that the agent has already played dropped.
 
-    The plan is the text after the note's last ": ", its steps joined by `PLAN_SEPARATOR`. Steps are
+    The plan is the first sentence that follows a ": " and joins 2+ steps by `PLAN_SEPARATOR` (what
+    follows it, e.g. the model's own sentence after a record line, is kept). Steps are
     matched in order against `played` (the episode's actions so far, a subsequence match, so detours
     in between do not matter); the note is returned unchanged when no step or every step matched, or
     when it has no plan. The 135M model cannot keep its place in a plan of 4+ steps: back in the
@@ -174,18 +185,22 @@ def remaining_plan(note: str, played: Sequence[str]) -> str:
     >>> remaining_plan(note, ["pick up can"]) == note  # the first step was never played
     True
     """
-    head, sep, tail = note.rpartition(": ")
-    if not sep:
+    for m in re.finditer(": ", note):  # the plan: the first "…: a, then b" sentence
+        end = note.find(". ", m.end())
+        sentence = note[m.end() :] if end < 0 else note[m.end() : end]
+        steps = [s.strip() for s in sentence.rstrip().rstrip(".").split(PLAN_SEPARATOR)]
+        if len(steps) >= 2:
+            break
+    else:
         return note
-    end = "." if tail.rstrip().endswith(".") else ""
-    steps = [s.strip() for s in tail.rstrip().rstrip(".").split(PLAN_SEPARATOR)]
     done = 0
     for action in played:
         if done < len(steps) and action.strip() == steps[done]:
             done += 1
     if done in (0, len(steps)):
         return note
-    return f"{head}: {PLAN_SEPARATOR.join(steps[done:])}{end}"
+    tail = note[m.end() :][len(sentence.rstrip().rstrip(".")) :]  # the sentence's period and what follows
+    return note[: m.end()] + PLAN_SEPARATOR.join(steps[done:]) + tail
 
 
 def with_plan_progress(tip: RetrievedTip, played: Sequence[str]) -> RetrievedTip:

@@ -360,8 +360,8 @@ def _retrieve(
 ) -> tuple[list[list[RetrievedTip]], list[list[SkippedTip]]]:
     """Tips for every running episode's next prompt, and the nearest ones not shown with the reason:
     none for naive episodes; the memory episodes' queries (their tip-free conversation so far plus the
-    new message) embedded in one batch. Compact prompts show a note's plan from its first unplayed step
-    (`prompts.remaining_plan`), and the recorded tips carry that text: every rebuild sees what was sampled."""
+    new message) embedded in one batch. Compact prompts show plans from their first unplayed step
+    (`prompts.remaining_plan`); recorded tips carry that text, so every rebuild sees what was sampled."""
     found: list[list[RetrievedTip]] = [[] for _ in running]
     skipped: list[list[SkippedTip]] = [[] for _ in running]
     wanted = [i for i, ep in enumerate(running) if ep.rollout_mode == "memory"]
@@ -373,8 +373,9 @@ def _retrieve(
         found[i], skipped[i] = list(tips), list(miss)
         if prompts.prompt_style(running[i].env.name) == "compact":
             found[i], cut = prompts.compact_notes_cut(found[i])
-            beyond = f"beyond the {prompts.COMPACT_MAX_NOTES} notes a compact prompt shows"
-            skipped[i] = [SkippedTip(t.tip_id, t.text, t.score, t.similarity, f"{beyond} (score {t.score:.1f})") for t in cut] + skipped[i]
+            pin, beyond = "a curated tip is pinned: only curated tips are shown", f"beyond the {prompts.COMPACT_MAX_NOTES} notes a compact prompt shows"
+            skipped[i] = [SkippedTip(t.tip_id, t.text, t.score, t.similarity, pin if found[i][0].pinned and not t.pinned
+                                     else f"{beyond} (score {t.score:.1f})") for t in cut] + skipped[i]
             found[i] = [prompts.with_plan_progress(t, [a for _, a in running[i].pairs]) for t in found[i]]
     timings.add("memory", t0)
     return found, skipped
