@@ -33,6 +33,10 @@ def test_embedded_4bit_constrained_samples_valid_actions_with_ratio_one():
     conv = [turns2[0], Turn(turns2[1].user_text, s1.token_ids, VALID)]
     with torch.no_grad():
         scored = policy.score([conv])[0]
+    # bitsandbytes' CPU 4-bit kernels are not shape-invariant on every CPU: on an AVX2 EPYC the ratio
+    # was 1 to 1e-4; on an AVX-512/AMX Xeon a prompt-only forward and the packed conversation's differ
+    # by up to 2.4e-2 in log-prob (measured, one request or two alike). Float32, the CPU default, is
+    # held to 1e-5 (tests/test_policy_scoring.py); here the ratio must stay well inside the clip (0.2).
     for s, lp in zip((s0[0], s1), scored):
         ratio = torch.exp(lp - torch.tensor(s.logprobs))
-        torch.testing.assert_close(ratio, torch.ones_like(ratio), atol=1e-4, rtol=0)
+        torch.testing.assert_close(ratio, torch.ones_like(ratio), atol=5e-2, rtol=0)
