@@ -10,9 +10,10 @@ episodes and a group of memory episodes whose memory holds one correct curated t
 without and with the tip in the prompt.
 
 Part "distill" (bar 3): per seed, a fresh session from the warm start; naive and memory episodes on the
-task's first two train variations, played as the Lesson plays them (no training group); `Trainer.distill` on the memory episodes (no new rollouts), several
-steps; naive success on those variations and on unseen test variations, before and after; P(tip's first
-action | no tip) before and after.
+task's first two train variations, played as the Lesson plays them (no training group);
+`Trainer.distill` on the memory episodes (no new rollouts), several steps; naive success on those
+variations and on unseen test variations, before and after; P(tip's first action | no tip) before and
+after.
 
 Part "speed" (bar 6): one training iteration (group 8, step limit 8) per update mode and one Distill-now
 over 16 episodes, time per phase, tokens/s against the CPU's measured float32 matmul rate, and peak RSS.
