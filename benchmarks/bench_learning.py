@@ -3,9 +3,11 @@
 Part 1 (trap env, embedded SmolLM2-135M, 4-bit, LoRA): the same code path and seeds for two arms,
 - EMPO²: the defaults (p = 0.25 memory rollouts, q = 2/3 off-policy, novelty bonus × 1.0);
 - GRPO:  p = 0 (never memory) and no novelty bonus — the paper's GRPO baseline;
-training for the same number of iterations. Per iteration it prints the mean training-rollout success
-rate and score (averaged over seeds; EMPO²'s memory iterations roll out with tips), and at the end a
-memory-free evaluation on held-out test variations (the paper's protocol, temperature 0.4).
+training for the same number of iterations on the paper's first 5 training variations. Per iteration it
+prints the mean training-rollout success rate and score (averaged over seeds; EMPO²'s memory iterations
+roll out with tips), and before the first and after the last update a memory-free evaluation on
+held-out test variations (the paper's protocol: every test variation × 4 repeats, temperature 0.4; the
+starting weights are evaluated once per seed, both arms start from them).
 A plotly figure and a Markdown table are written into the benchmark folder
 (`<sessions root>/bench_learning-<time>/`), next to the sessions of every run.
 
@@ -74,6 +76,7 @@ def run_trap(args: argparse.Namespace, root: Path, embedder, policy, save) -> di
     results: dict[str, dict[int, dict]] = {arm: {} for arm in args.arms}
     initial = [p.detach().clone() for p in policy.trainable_parameters()]
     for seed in args.seeds:
+        start_eval: dict = {}
         for arm in args.arms:
             cfg = trap_config(arm, seed, args)
             with torch.no_grad():
@@ -83,7 +86,11 @@ def run_trap(args: argparse.Namespace, root: Path, embedder, policy, save) -> di
             trainer = Trainer(cfg, session, policy=policy, embedder=embedder)
             t0 = time.perf_counter()
             rows: list[dict] = []
-            results[arm][seed] = {"rows": rows, "eval": {}, "time": 0.0}
+            results[arm][seed] = {"rows": rows, "eval": {}, "eval_start": start_eval, "time": 0.0}
+            if args.eval_variations > 0 and not start_eval:
+                # The starting weights are the same for every arm of a seed, and so is the evaluation's
+                # sampling noise (seeded by the run seed): evaluate them once, before the first update.
+                start_eval.update(trainer.evaluate())
             for _ in range(args.iterations):
                 report = trainer.step()
                 m = report.metrics
@@ -122,15 +129,22 @@ def trap_table(results: dict[str, dict[int, dict]], iterations: int, seeds: list
             cells.append(f"{_mean([r['rollout/score_mean'] for r in rows]):.1f}")
         lines.append(f"| {i + 1} | " + " | ".join(cells) + " |")
     last = max(1, iterations // 3)
-    summary = ["", f"| arm | mean success, last {last} iterations | eval success (no memory) | eval score | wall s |",
-               "|---|---|---|---|---|"]  # fmt: skip
+    summary = ["", f"| arm | mean success, last {last} iterations | eval success (no memory), start → end | "
+               "eval score, start → end | wall s |", "|---|---|---|---|---|"]  # fmt: skip
     for arm in results:
         runs = [results[arm][s] for s in seeds if s in results[arm]]
         tail = [r["rollout/success_rate"] for run in runs if len(run["rows"]) == iterations for r in run["rows"][-last:]]
         ev = [run["eval"] for run in runs if run["eval"]]
+        ev0 = [run["eval_start"] for run in runs if run.get("eval_start")]
+
+        def spread(evals: list[dict], key: str, fmt: str) -> str:
+            values = [e[key] for e in evals]
+            return f"{_mean(values):{fmt}} ({min(values):{fmt}}–{max(values):{fmt}})" if values else "–"
+
         summary.append(
-            f"| {arm} | {_mean(tail):.3f} | {_mean([e['eval/success_rate'] for e in ev]):.3f} | "
-            f"{_mean([e['eval/score_mean'] for e in ev]):.1f} | {_mean([run['time'] for run in runs]):.0f} |"
+            f"| {arm} | {_mean(tail):.3f} | {spread(ev0, 'eval/success_rate', '.2f')} → "
+            f"{spread(ev, 'eval/success_rate', '.2f')} | {spread(ev0, 'eval/score_mean', '.1f')} → "
+            f"{spread(ev, 'eval/score_mean', '.1f')} | {_mean([run['time'] for run in runs]):.0f} |"
         )
     return "\n".join(lines + summary)
 
@@ -206,13 +220,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     ap.add_argument("--group-size", type=int, default=4)
     ap.add_argument("--task", default="trap-light-bulb")
-    ap.add_argument("--variations", type=int, nargs="+", default=[0, 1])
+    ap.add_argument("--variations", type=int, nargs="+", default=[0, 1, 2, 3, 4],
+                    help="training variations (default: the paper's first 5 of the train split)")
     ap.add_argument("--step-limit", type=int, default=8)
     ap.add_argument("--lr", type=float, default=TrainConfig().learning_rate)
     ap.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS), help="arms to train (default: both)")
     ap.add_argument("--p-memory", type=float, default=None, help="EMPO²'s memory-rollout probability p (default: the config's)")
-    ap.add_argument("--eval-variations", type=int, default=2)
-    ap.add_argument("--eval-repeats", type=int, default=2)
+    ap.add_argument("--eval-variations", type=int, default=12,
+                    help="test variations evaluated, at the start and the end (default: all 12 of the trap's "
+                         "test split; the paper: 20; 0 skips evaluation)")
+    ap.add_argument("--eval-repeats", type=int, default=4, help="episodes per test variation (paper: 4)")
     ap.add_argument("--sw-task", default="find-living-thing")
     ap.add_argument("--sw-iterations", type=int, default=2)
     ap.add_argument("--sw-group-size", type=int, default=2)

@@ -114,7 +114,8 @@ class SkippedTip:
     """Cosine similarity between the step's conversation and the tip's key (−1 … 1)."""
     reason: str
     """"disabled", "similarity 0.42 ≤ threshold 0.50", "outside the top 10 (score 25.0)" or, in a compact
-    prompt, "beyond the 3 notes a compact prompt shows (score 25.0)"."""
+    prompt, "a compact prompt shows the best-scored note only (score 25.0)" or "a curated tip is pinned:
+    only curated tips are shown"."""
 
 
 @dataclass(frozen=True, slots=True)

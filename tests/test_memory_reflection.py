@@ -127,9 +127,12 @@ def test_record_line_from_a_trap_trajectory_exact():
         "Actions that scored: go to kitchen, focus on green light bulb, turn on green light bulb."
     )
     failed = _played(env, "trap-light-bulb", 0, ("go to workshop", "go to hallway", "focus on red light bulb"))
+    # Never seen: the first room behind a door seen and not searched (the hallway's doors list
+    # kitchen, workshop, greenhouse, bedroom) is the plan's guess.
     assert record_line(task, failed) == (
         "[from the record] The green light bulb was not in: hallway, workshop. "
-        "Action that failed the task: focus on red light bulb."
+        "Action that failed the task: focus on red light bulb. "
+        "Next time: go to kitchen, then focus on green light bulb, then turn on green light bulb."
     )
     assert record_line("Your task is to boil water.", [("look around", 0.0, "You see nothing.")]) == ""
     partial = _played(
@@ -187,7 +190,10 @@ def test_record_line_does_not_take_a_decoy_for_the_target():
     steps = [("", 0.0, obs.text)]
     res = env.step("go to kitchen")
     steps.append(("go to kitchen", res.reward, res.observation.text))
-    assert record_line(obs.task_description, steps[:1]) == "[from the record] The rabbit was not in: hallway."
+    assert record_line(obs.task_description, steps[:1]) == (
+        "[from the record] The rabbit was not in: hallway. "
+        "Next time: go to kitchen, then focus on rabbit, then pick up rabbit."
+    )
     assert record_line(obs.task_description, steps) == (
         "[from the record] The rabbit was seen in the kitchen. Actions that scored: go to kitchen. "
         "Next time: go to kitchen, then focus on rabbit, then pick up rabbit."
@@ -209,3 +215,57 @@ def test_finishing_action_reads_the_descriptions_then_sentence():
     sw = "Your task is to find a(n) animal. First, focus on the thing. Then, move it to the red box in the kitchen."
     assert finishing_action(sw, "frog") == ""
     assert finishing_action("Your task is to boil water.", "water") == ""
+
+
+def test_failed_episodes_reading_each_others_notes_try_every_room_once():
+    """trap-light-bulb variation 37: the blue bulb is in the bedroom, the 4th door of the hallway.
+    Each episode follows the last note's guess; counting the note's searched rooms as searched walks
+    the guesses kitchen → workshop → greenhouse → bedroom instead of kitchen ↔ workshop."""
+    from empo2_studio.envs.trap import TrapEnv
+    from empo2_studio.memory.reflection import record_line, searched_in_notes
+
+    env = TrapEnv()
+    task = env.task_description("trap-light-bulb", 37)
+    assert env.layout("trap-light-bulb", 37).target_room == "bedroom"
+    first = record_line(task, _played(env, "trap-light-bulb", 37, ("go to kitchen",)))
+    assert first == (
+        "[from the record] The blue light bulb was not in: hallway, kitchen. "
+        "Next time: go to workshop, then focus on blue light bulb, then turn on blue light bulb."
+    )
+    # The kitchen's doors are the hallway and the workshop: alone, the next episode would guess kitchen.
+    second_steps = _played(env, "trap-light-bulb", 37, ("go to workshop",))
+    assert record_line(task, second_steps).endswith("Next time: go to kitchen, then focus on blue light bulb, "
+                                                    "then turn on blue light bulb.")
+    second = record_line(task, second_steps, searched_in_notes([first], "blue light bulb"))
+    assert second == (
+        "[from the record] The blue light bulb was not in: hallway, workshop, kitchen. "
+        "Next time: go to greenhouse, then focus on blue light bulb, then turn on blue light bulb."
+    )
+    third = record_line(task, _played(env, "trap-light-bulb", 37, ("go to greenhouse",)),
+                        searched_in_notes([second], "blue light bulb"))  # fmt: skip
+    assert third.endswith("was not in: hallway, greenhouse, workshop, kitchen. Next time: go to bedroom, then "
+                          "focus on blue light bulb, then turn on blue light bulb.")
+    # A note that saw the target: the room is known, so a failed reader guesses nothing.
+    seen = "[from the record] The blue light bulb was seen in the bedroom. Next time: go to bedroom, then …"
+    assert searched_in_notes([first, seen], "blue light bulb") is None
+    assert record_line(task, second_steps, None) == "[from the record] The blue light bulb was not in: hallway, workshop."
+    assert searched_in_notes([first], "red light bulb") == []  # another target's rooms do not count
+
+
+def test_episode_record_counts_the_rooms_of_the_notes_the_episode_read():
+    from dataclasses import replace
+
+    from empo2_studio.memory.reflection import episode_record
+    from empo2_studio.types import RetrievedTip
+
+    ep = _episode_with_observation(
+        "This room is called the workshop. In it, you see: a workbench. Doors lead to: the hallway, the kitchen."
+    )
+    assert episode_record(ep) == (  # alone, the workshop's other door is the guess
+        "[from the record] The green light bulb was not in: workshop. "
+        "Next time: go to hallway, then focus on green light bulb."
+    )
+    read = RetrievedTip("t", "[from the record] The green light bulb was not in: hallway, kitchen. Next time: …", 0.0, 0.9)
+    ep = replace(ep, steps=(replace(ep.steps[0], tips=(read,)),))
+    # hallway and kitchen were searched by the note's episode; no door left unsearched, so no plan
+    assert episode_record(ep) == "[from the record] The green light bulb was not in: workshop, hallway, kitchen."

@@ -98,15 +98,20 @@ def test_conversation_text():
     )
 
 
-def test_compact_prompt_keeps_the_first_three_distinct_notes():
-    def entry(i, note):
-        return RetrievedTip(f"t{i}", f"{note}{prompts.ENTRY_SUFFIX}look around (score 0)", 100.0 - i, 0.9)
+def test_compact_prompt_keeps_the_best_scored_note_and_three_curated_ones():
+    def entry(i, note, pinned=False):
+        return RetrievedTip(f"t{i}", f"{note}{prompts.ENTRY_SUFFIX}look around (score 0)", 100.0 - i, 0.9, pinned)
 
     tips = [entry(0, "A"), entry(1, "A"), entry(2, "B"), entry(3, "C"), entry(4, "D"), entry(5, "B"), entry(6, "E")]
     shown, cut = prompts.compact_notes_cut(tips)
-    assert [t.tip_id for t in shown] == ["t0", "t1", "t2", "t3", "t5"]  # every entry of notes A, B, C
-    assert [t.tip_id for t in cut] == ["t4", "t6"]
-    assert prompts.tips_block(shown, "compact") == "\n\n" + prompts.COMPACT_NOTES_HEADER + "\n- A\n- B\n- C"
+    assert [t.tip_id for t in shown] == ["t0", "t1"]  # every entry of the best-scored note, A
+    assert [t.tip_id for t in cut] == ["t2", "t3", "t4", "t5", "t6"]
+    assert prompts.tips_block(shown, "compact") == "\n\n" + prompts.COMPACT_NOTES_HEADER + "\n- A"
+    assert prompts.compact_cut_reason(shown, cut[0]) == "a compact prompt shows the best-scored note only (score 98.0)"
+    curated = [entry(i, n, pinned=True) for i, n in enumerate("AABCDBE")]
+    shown, cut = prompts.compact_notes_cut(curated)
+    assert [t.tip_id for t in shown] == ["t0", "t1", "t2", "t3", "t5"]  # every entry of curated A, B, C
+    assert prompts.compact_cut_reason(shown, cut[0]) == "a compact prompt shows the 3 best-scored notes only (score 96.0)"
     assert prompts.compact_notes_cut([]) == ([], [])
 
 
@@ -162,5 +167,6 @@ def test_pinned_curated_tips_are_the_only_notes_a_compact_prompt_shows():
     tips = [entry(0, "Curated A.", True), entry(1, "Curated B.", True), entry(2, "Own note."), entry(3, "Curated A.", True)]
     shown, cut = prompts.compact_notes_cut(tips)
     assert [t.tip_id for t in shown] == ["t0", "t1", "t3"] and [t.tip_id for t in cut] == ["t2"]
-    unpinned = [entry(0, "A"), entry(1, "B")]
+    assert prompts.compact_cut_reason(shown, cut[0]) == "a curated tip is pinned: only curated tips are shown"
+    unpinned = [entry(0, "A"), entry(1, "A")]
     assert prompts.compact_notes_cut(unpinned) == (unpinned, [])

@@ -151,8 +151,11 @@ def test_memory_queries_of_a_lock_step_are_embedded_in_one_batch(store):
         for ep, query in zip(running, batch):
             pairs = [(s.user_message, s.sample.text) for s in ep.steps[:t]]
             assert query == prompts.conversation_text([*pairs, (ep.steps[t].user_message, "")])[-KEY_TAIL_CHARS:]
-            # the batch gives what one query at a time gives
-            assert tuple(store.retrieve(TASK, 0, query)) == ep.steps[t].tips
+            # the batch gives what one query at a time gives (then the compact prompt's cut, and each
+            # plan shown from its first unplayed step)
+            shown, _ = prompts.compact_notes_cut(store.retrieve(TASK, 0, query))
+            played = [s.action for s in ep.steps[:t]]
+            assert tuple(prompts.with_plan_progress(tip, played) for tip in shown) == ep.steps[t].tips
 
 
 def test_tips_of_memory_episodes_reuse_their_sampling_caches(tiny_policy, store):
@@ -267,16 +270,29 @@ def test_draw_update_mode_is_the_algorithm_schedule():
     assert draws.count("off-policy") / 6000 == pytest.approx(1 / 6, abs=0.015)
 
 
-def test_a_compact_prompt_shows_three_notes_and_says_why_not_the_rest(store):
+def test_a_compact_prompt_shows_three_curated_notes_and_says_why_not_the_rest(store):
     for i, note in enumerate(["Go to the kitchen.", "Open the door.", "Look around.", "Focus on the bulb.", "Turn it on."]):
-        store.add_tip(TASK, 0, note, score=90.0 - i)
+        store.add_tip(TASK, 0, note, score=90.0 - i)  # added by hand: curated, pinned
     memory = _group(ScriptedPolicy(), store, "memory", n=1, limit=2)
     for s in memory[0].steps:
         assert {prompts.note_text(t.text) for t in s.tips} == {"Go to the kitchen.", "Open the door.", "Look around."}
-        cut = [k for k in s.skipped_tips if k.reason.startswith("beyond the 3 notes")]
+        cut = [k for k in s.skipped_tips if k.reason.startswith("a compact prompt shows")]
         assert [prompts.note_text(k.text) for k in cut] == ["Focus on the bulb.", "Turn it on."]
-        assert cut[0].reason == "beyond the 3 notes a compact prompt shows (score 87.0)"
+        assert cut[0].reason == "a compact prompt shows the 3 best-scored notes only (score 87.0)"
         assert "Turn it on." not in with_tips_message(s, "trap")
+
+
+def test_a_compact_prompt_shows_the_agents_best_scored_note_only(store):
+    policy = ScriptedPolicy()
+    naive = _group(policy, None, "naive", n=3, limit=2)
+    write_group_tips(policy, store, naive)
+    (memory,) = _group(policy, store, "memory", n=1, limit=2)
+    for s in memory.steps:
+        shown = {prompts.note_text(t.text) for t in s.tips}
+        cut = [k for k in s.skipped_tips if k.reason.startswith("a compact prompt shows the best-scored note only")]
+        assert len(shown) == 1 and len({prompts.note_text(k.text) for k in cut}) == 2  # 3 episodes, 3 notes
+        assert not shown & {prompts.note_text(k.text) for k in cut}
+        assert all(k.score <= s.tips[0].score for k in cut)
 
 
 def test_a_curated_plan_is_shown_from_its_first_unplayed_step(store):

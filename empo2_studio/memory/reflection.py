@@ -74,27 +74,40 @@ def write_tips(policy: Policy, episodes: Sequence[Episode]) -> list[str]:
     return [with_record(clean_tip(r, e), e) for r, e in zip(replies, episodes)]
 
 
-def record_line(task_description: str, steps: Sequence[tuple[str, float, str]]) -> str:
-    """The structured line of a tip, derived from the trajectory alone (no model call).
+def record_line(
+    task_description: str, steps: Sequence[tuple[str, float, str]], searched_before: Sequence[str] | None = ()
+) -> str:
+    """The structured line of a tip, derived from the trajectory and the notes it read (no model call).
 
     Args:
         task_description: the task text; the objects it says to focus on are what the line looks for.
         steps: (executed action, reward, observation after the action) per step, in order; the
             first observation of the episode may be passed as a step with action "".
+        searched_before: rooms that the notes the episode read had already searched without finding
+            the target (`searched_in_notes`); they count as searched, so a chain of failed episodes,
+            each reading the last one's note, tries every room once instead of two rooms in turn.
+            None when a note it read saw the target: then no room is guessed.
 
     Returns:
         "[from the record] The X was seen in the R. Actions that scored: a, b. Action that failed the
         task: c. Next time: go to R, then focus on X, then turn on X." — or, when X was never seen,
-        which rooms were searched without finding it; the "Next time" plan only when X was seen and the
-        plan's last action (`finishing_action`, else the focus) never scored. Parts with nothing to say are left out; "" when there is nothing at all.
+        "The X was not in: hallway, kitchen." and, when a door the episode saw leads to a room not yet
+        searched, a plan that tries the first such room: "Next time: go to workshop, then focus on X,
+        then turn on X." The "Next time" plan of a seen X only when the plan's last action
+        (`finishing_action`, else the focus) never scored. Parts with nothing to say are left out; ""
+        when there is nothing at all.
 
     Departure (issue 10 of this project, not in the paper): the embedded 135M model writes mostly
     unusable tips, so each tip carries this line next to the model's own sentence. It names rooms and
-    actions in the environment's own wording, which a small model can follow.
+    actions in the environment's own wording, which a small model can follow. The plan for an unseen X
+    is there because the model goes where a note points: next to "…was not in: hallway, kitchen" alone
+    it went to the kitchen (P 0.65–0.69, trap-light-bulb); with the plan after it, to the plan's room
+    (0.95–0.98) and never to the searched one (≤ 0.03).
     """
     targets = focus_items(task_description)
     seen_in: dict[str, str] = {}
     searched: list[str] = []
+    doors: list[str] = []
     for _, _, observation in steps:
         for room, contents in _ROOM.findall(observation):
             room = room.strip()
@@ -104,10 +117,14 @@ def record_line(task_description: str, steps: Sequence[tuple[str, float, str]]) 
                     seen_in[target] = room
             if room not in searched:
                 searched.append(room)
+        doors += [d for d in _doors(observation) if d not in doors]
     parts = [f"The {t} was seen in the {room}." for t, room in seen_in.items()]
     missing = [t for t in targets if t not in seen_in]
+    guess = ""
     if missing and searched:
+        searched += [r for r in searched_before or () if r not in searched]
         parts.append(f"The {missing[0]} was not in: {', '.join(searched)}.")
+        guess = "" if searched_before is None else next((d for d in doors if d not in searched), "")
     scored = [a for a, r, _ in steps if a and r > 0]
     if scored:
         parts.append("Actions that scored: " + ", ".join(dict.fromkeys(scored)) + ".")
@@ -124,7 +141,40 @@ def record_line(task_description: str, steps: Sequence[tuple[str, float, str]]) 
         if plan[-1] not in scored:
             parts.append("Next time: " + ", then ".join(plan) + ".")
             break
+    else:
+        if guess and not seen_in:  # nothing seen: try the first room behind a door not yet searched
+            finish = finishing_action(task_description, missing[0])
+            plan = [f"go to {guess}", f"focus on {missing[0]}"] + ([finish] if finish else [])
+            parts.append("Next time: " + ", then ".join(plan) + ".")
     return f"{RECORD_PREFIX} " + " ".join(parts) if parts else ""
+
+
+_DOORS = re.compile(r"Doors lead to: ([^.]*)\.")
+_NOT_IN = re.compile(r"The (.+?) was not in: ([^.]*)\.")
+
+
+def _doors(observation: str) -> list[str]:
+    """Rooms the observation's "Doors lead to: the kitchen, the workshop." names, in order."""
+    return [
+        re.sub(r"^the\s+", "", d.strip()) for m in _DOORS.findall(observation) for d in m.split(",") if d.strip()
+    ]
+
+
+def searched_in_notes(notes: Sequence[str], target: str) -> list[str] | None:
+    """Rooms that record lines among `notes` say were searched without finding `target`, in order;
+    None when one of them says where `target` was seen (the room is known: nothing to guess).
+
+    >>> searched_in_notes(["[from the record] The frog was not in: hallway, kitchen. Next time: …"], "frog")
+    ['hallway', 'kitchen']
+    """
+    if any(f"The {target} was seen in the " in note for note in notes):
+        return None
+    rooms: list[str] = []
+    for note in notes:
+        for what, where in _NOT_IN.findall(note):
+            if what == target:
+                rooms += [r.strip() for r in where.split(",") if r.strip() and r.strip() not in rooms]
+    return rooms
 
 
 _THEN = re.compile(
@@ -162,7 +212,11 @@ def episode_record(episode: Episode) -> str:
         return ""
     first = ("", 0.0, episode.steps[0].user_message)
     steps = [(s.action or s.sample.text, s.reward, s.observation) for s in episode.steps]
-    return record_line(_task_description(episode), [first, *steps])
+    task_description = _task_description(episode)
+    read = list(dict.fromkeys(t.text for s in episode.steps for t in s.tips))
+    targets = focus_items(task_description)
+    before = searched_in_notes(read, targets[0]) if targets else ()
+    return record_line(task_description, [first, *steps], before)
 
 
 def _task_description(episode: Episode) -> str:

@@ -134,29 +134,45 @@ def note_text(entry: str) -> str:
 
 
 COMPACT_MAX_NOTES = 3
-"""A compact prompt shows at most this many distinct notes (the highest-scored retrieved ones). With
-the paper's top 10, a with-tips trap episode carried up to 10 notes in every turn and its iteration
-took 184 s, most of it reading tips (bench_lesson part speed; README, Benchmarks)."""
+"""A compact prompt shows at most this many distinct pinned curated tips (a teacher's tips agree with
+each other). With the paper's top 10, a with-tips trap episode carried up to 10 notes in every turn and
+its iteration took 184 s, most of it reading tips (bench_lesson part speed; README, Benchmarks)."""
+COMPACT_MAX_OWN_NOTES = 1
+"""…and at most this many of the agent's own notes: the best-scored one. Notes of different episodes
+contradict each other, and the 135M model follows the last one it reads as readily as the right one
+(trap-light-bulb, warm start v3: with a note that saw the bulb alone P(focus on it | in its room) 0.98;
+with a failed episode's "…was not in: hallway, kitchen" beside it 0.35–0.65; three notes were shown
+until this round, see README "Departures")."""
+
+
+def compact_cut_reason(shown: Sequence[RetrievedTip], tip: RetrievedTip) -> str:
+    """Why `tip` was left out of a compact prompt that shows `shown` (for the Episodes view)."""
+    if shown and shown[0].pinned and not tip.pinned:
+        return "a curated tip is pinned: only curated tips are shown"
+    n = COMPACT_MAX_NOTES if shown and shown[0].pinned else COMPACT_MAX_OWN_NOTES
+    which = "the best-scored note" if n == 1 else f"the {n} best-scored notes"
+    return f"a compact prompt shows {which} only (score {tip.score:.1f})"
 
 
 def compact_notes_cut(tips: Sequence[RetrievedTip]) -> tuple[list[RetrievedTip], list[RetrievedTip]]:
     """Split retrieved entries (in retrieval order: best score first) into those whose note is one of
-    the first `COMPACT_MAX_NOTES` distinct notes, and the rest (not shown in a compact prompt). When
-    curated tips are pinned, only they are shown: a teacher's tip next to the agent's own notes of
-    failed episodes lost to them (trap-light-bulb v1, in the bulb's room: P(focus) 0.95 with the
-    curated tip alone, 0.34 with two record lines beside it, one of them naming the hallway)."""
+    the first `COMPACT_MAX_OWN_NOTES` distinct notes, and the rest (not shown in a compact prompt). When
+    curated tips are pinned, only they are shown, up to `COMPACT_MAX_NOTES` distinct ones: a teacher's
+    tip next to the agent's own notes of failed episodes lost to them (trap-light-bulb v1, in the bulb's
+    room: P(focus) 0.95 with the curated tip alone, 0.34 with two record lines beside it, one of them
+    naming the hallway)."""
     if any(t.pinned for t in tips):
-        shown, cut = _first_notes([t for t in tips if t.pinned])
+        shown, cut = _first_notes([t for t in tips if t.pinned], COMPACT_MAX_NOTES)
         return shown, cut + [t for t in tips if not t.pinned]
-    return _first_notes(tips)
+    return _first_notes(tips, COMPACT_MAX_OWN_NOTES)
 
 
-def _first_notes(tips: Sequence[RetrievedTip]) -> tuple[list[RetrievedTip], list[RetrievedTip]]:
+def _first_notes(tips: Sequence[RetrievedTip], n: int) -> tuple[list[RetrievedTip], list[RetrievedTip]]:
     kept_notes: list[str] = []
     shown, cut = [], []
     for t in tips:
         note = note_text(t.text)
-        if note not in kept_notes and len(kept_notes) < COMPACT_MAX_NOTES:
+        if note not in kept_notes and len(kept_notes) < n:
             kept_notes.append(note)
         (shown if note in kept_notes else cut).append(t)
     return shown, cut

@@ -373,8 +373,7 @@ def _retrieve(
         found[i], skipped[i] = list(tips), list(miss)
         if prompts.prompt_style(running[i].env.name) == "compact":
             found[i], cut = prompts.compact_notes_cut(found[i])
-            why = ["a curated tip is pinned: only curated tips are shown" if found[i][0].pinned and not t.pinned
-                   else f"beyond the {prompts.COMPACT_MAX_NOTES} notes a compact prompt shows (score {t.score:.1f})" for t in cut]
+            why = [prompts.compact_cut_reason(found[i], t) for t in cut]
             skipped[i] = [SkippedTip(t.tip_id, t.text, t.score, t.similarity, w) for t, w in zip(cut, why)] + skipped[i]
             found[i] = [prompts.with_plan_progress(t, [a for _, a in running[i].pairs]) for t in found[i]]
     timings.add("memory", t0)
