@@ -122,25 +122,39 @@ def test_record_line_from_a_trap_trajectory_exact():
         env, "trap-light-bulb", 0,
         ("go to workshop", "go to kitchen", "focus on green light bulb", "turn on green light bulb"),
     )  # fmt: skip
-    assert record_line(task, won) == (
+    assert record_line(task, won) == (  # after a win the plan is the winning route, not "Actions that scored: …"
+        "[from the record] The green light bulb was seen in the kitchen. "
+        "Next time: go to kitchen, then focus on green light bulb, then turn on green light bulb."
+    )
+    # No finishing action to name (ScienceWorld's "Then, move it to …"): the record keeps what scored and
+    # adds the plan only while its focus never scored.
+    sw_task = "Your task is to turn on the green light bulb. First, focus on the green light bulb. Then, move it to the box."
+    assert record_line(sw_task, won) == (
         "[from the record] The green light bulb was seen in the kitchen. "
         "Actions that scored: go to kitchen, focus on green light bulb, turn on green light bulb."
     )
+    assert record_line(sw_task, won[:3]) == (
+        "[from the record] The green light bulb was seen in the kitchen. Actions that scored: go to kitchen. "
+        "Next time: go to kitchen, then focus on green light bulb."
+    )
     failed = _played(env, "trap-light-bulb", 0, ("go to workshop", "go to hallway", "focus on red light bulb"))
     # Never seen: the first room behind a door seen and not searched (the hallway's doors list
-    # kitchen, workshop, greenhouse, bedroom) is the plan's guess.
+    # kitchen, workshop, greenhouse, bedroom) is the plan's guess; a plan replaces the failed action.
     assert record_line(task, failed) == (
         "[from the record] The green light bulb was not in: hallway, workshop. "
-        "Action that failed the task: focus on red light bulb. "
         "Next time: go to kitchen, then focus on green light bulb, then turn on green light bulb."
+    )
+    assert record_line(task, failed, None) == (  # no guess (a note it read saw the bulb): no plan
+        "[from the record] The green light bulb was not in: hallway, workshop. "
+        "Action that failed the task: focus on red light bulb."
     )
     assert record_line("Your task is to boil water.", [("look around", 0.0, "You see nothing.")]) == ""
     partial = _played(
         env, "trap-light-bulb", 0, ("go to kitchen", "turn on green light bulb", "turn on green light bulb")
     )
     assert [r for _, r, _ in partial] == [0.0, 25.0, 0.0, 0.0]  # the room scores, turning on before focus does not
-    assert record_line(task, partial) == (
-        "[from the record] The green light bulb was seen in the kitchen. Actions that scored: go to kitchen. "
+    assert record_line(task, partial) == (  # the plan, not the scored "go to kitchen" the model would replay
+        "[from the record] The green light bulb was seen in the kitchen. "
         "Next time: go to kitchen, then focus on green light bulb, then turn on green light bulb."
     )
     focused = _played(env, "trap-light-bulb", 0, ("go to kitchen", "focus on green light bulb", "go to hallway"))
@@ -148,7 +162,6 @@ def test_record_line_from_a_trap_trajectory_exact():
     # Focused but never turned on: the plan is still the whole winning path (each episode starts over).
     assert record_line(task, focused) == (
         "[from the record] The green light bulb was seen in the kitchen. "
-        "Actions that scored: go to kitchen, focus on green light bulb. "
         "Next time: go to kitchen, then focus on green light bulb, then turn on green light bulb."
     )
 
@@ -195,7 +208,7 @@ def test_record_line_does_not_take_a_decoy_for_the_target():
         "Next time: go to kitchen, then focus on rabbit, then pick up rabbit."
     )
     assert record_line(obs.task_description, steps) == (
-        "[from the record] The rabbit was seen in the kitchen. Actions that scored: go to kitchen. "
+        "[from the record] The rabbit was seen in the kitchen. "
         "Next time: go to kitchen, then focus on rabbit, then pick up rabbit."
     )
 
@@ -269,3 +282,49 @@ def test_episode_record_counts_the_rooms_of_the_notes_the_episode_read():
     ep = replace(ep, steps=(replace(ep.steps[0], tips=(read,)),))
     # hallway and kitchen were searched by the note's episode; no door left unsearched, so no plan
     assert episode_record(ep) == "[from the record] The green light bulb was not in: workshop, hallway, kitchen."
+
+
+def test_water_plant_record_fetches_the_can_first_over_the_doors_seen():
+    """trap-water-plant variation 0: the blue flower is in the workshop, the can in the bedroom, so the
+    winning route is bedroom → hallway → workshop (the gold path). A record that saw both rooms gives
+    exactly that plan; one that never saw the can says where it was not and tries the first unsearched
+    room behind a door; a note that saw the can tells the next record where it is."""
+    from empo2_studio.envs.trap import TrapEnv
+    from empo2_studio.memory.reflection import record_line, tool_of
+
+    env = TrapEnv()
+    task = env.task_description("trap-water-plant", 0)
+    assert tool_of(task) == "watering can" and tool_of(env.task_description("trap-light-bulb", 0)) == ""
+    gold = env.gold_path("trap-water-plant", 0)
+    assert gold == ["go to bedroom", "pick up watering can", "go to hallway", "go to workshop",
+                    "focus on blue flower", "water blue flower"]  # fmt: skip
+    both = _played(env, "trap-water-plant", 0, ("go to workshop", "go to hallway", "go to bedroom"))
+    assert record_line(task, both) == (
+        "[from the record] The blue flower was seen in the workshop. The watering can was seen in the bedroom. "
+        "Next time: " + ", then ".join(gold) + "."
+    )
+    # The flower seen, the can not: its guess is the first door seen not searched (the hallway's doors
+    # are kitchen, workshop, greenhouse, bedroom), then back to the flower through the kitchen's door.
+    flower_only = _played(env, "trap-water-plant", 0, ("go to workshop",))
+    first = record_line(task, flower_only)
+    assert first == (
+        "[from the record] The blue flower was seen in the workshop. The watering can was not in: hallway, "
+        "workshop. Next time: go to kitchen, then pick up watering can, "
+        "then go to workshop, then focus on blue flower, then water blue flower."
+    )
+    # The next episode, reading that note, searched the kitchen too: the rooms add up, the greenhouse is next.
+    kitchen = _played(env, "trap-water-plant", 0, ("go to kitchen", "go to workshop"))
+    assert "The watering can was not in: hallway, kitchen, workshop. " in record_line(task, kitchen, (), [first])
+    assert record_line(task, kitchen, (), [first]).endswith(
+        "Next time: go to greenhouse, then pick up watering can, then go to hallway, then go to workshop, "
+        "then focus on blue flower, then water blue flower."
+    )
+    # A note that saw the can: an episode that never went there still plans the right fetch.
+    assert record_line(task, flower_only, (), [record_line(task, both)]).endswith(
+        "Next time: " + ", then ".join(gold) + "."
+    )
+    # Can in the hallway (variation 5): the plan starts with the pick-up, no walk first.
+    task5 = env.task_description("trap-water-plant", 5)
+    assert record_line(task5, _played(env, "trap-water-plant", 5, ("go to workshop",))).endswith(
+        "Next time: pick up watering can, then go to workshop, then focus on purple flower, then water purple flower."
+    )

@@ -75,7 +75,10 @@ def write_tips(policy: Policy, episodes: Sequence[Episode]) -> list[str]:
 
 
 def record_line(
-    task_description: str, steps: Sequence[tuple[str, float, str]], searched_before: Sequence[str] | None = ()
+    task_description: str,
+    steps: Sequence[tuple[str, float, str]],
+    searched_before: Sequence[str] | None = (),
+    notes_read: Sequence[str] = (),
 ) -> str:
     """The structured line of a tip, derived from the trajectory and the notes it read (no model call).
 
@@ -87,15 +90,23 @@ def record_line(
             the target (`searched_in_notes`); they count as searched, so a chain of failed episodes,
             each reading the last one's note, tries every room once instead of two rooms in turn.
             None when a note it read saw the target: then no room is guessed.
+        notes_read: the notes the episode read, for the tool a task names ("…water it with the
+            watering can"): where they saw it ("The watering can was seen in the R."), or the rooms
+            they searched for it, which count as searched here too.
 
     Returns:
-        "[from the record] The X was seen in the R. Actions that scored: a, b. Action that failed the
-        task: c. Next time: go to R, then focus on X, then turn on X." — or, when X was never seen,
-        "The X was not in: hallway, kitchen." and, when a door the episode saw leads to a room not yet
-        searched, a plan that tries the first such room: "Next time: go to workshop, then focus on X,
-        then turn on X." The "Next time" plan of a seen X only when the plan's last action
-        (`finishing_action`, else the focus) never scored. Parts with nothing to say are left out; ""
-        when there is nothing at all.
+        "[from the record] The X was seen in the R. Next time: go to R, then focus on X, then turn on X."
+        (the plan ends with `finishing_action`, else the focus; it is written after a win too) — or,
+        when X was never seen, "The X was not in: hallway, kitchen." and, when a door the episode saw
+        leads to a room not yet searched, a plan that tries the first such room: "Next time: go to
+        workshop, then focus on X, then turn on X." Without a plan, or with one that cannot name the
+        finishing action (then written only while its last step never scored), the line lists "Actions
+        that scored: a, b." and "Action that failed the task: c.". When the task names a tool (`tool_of`), the
+        line says where it was seen ("The watering can was seen in the bedroom.") or not ("The
+        watering can was not in: hallway, kitchen.", the plan then trying the first unsearched room
+        behind a door), and the plan starts by fetching it, walking the doors the episode saw: "go to
+        bedroom, then pick up watering can, then go to hallway, then go to workshop, then focus on X,
+        then water X." Parts with nothing to say are left out; "" when there is nothing at all.
 
     Departure (issue 10 of this project, not in the paper): the embedded 135M model writes mostly
     unusable tips, so each tip carries this line next to the model's own sentence. It names rooms and
@@ -105,19 +116,29 @@ def record_line(
     (0.95–0.98) and never to the searched one (≤ 0.03).
     """
     targets = focus_items(task_description)
+    tool = tool_of(task_description)
     seen_in: dict[str, str] = {}
     searched: list[str] = []
     doors: list[str] = []
+    adjacent: dict[str, set[str]] = {}
     for _, _, observation in steps:
-        for room, contents in _ROOM.findall(observation):
+        rooms = _ROOM.findall(observation)
+        for room, contents in rooms:
             room = room.strip()
             items = _items(contents)
-            for target in targets:
-                if target in items and target not in seen_in:
+            for target in [*targets, tool]:
+                if target and target in items and target not in seen_in:
                     seen_in[target] = room
             if room not in searched:
                 searched.append(room)
         doors += [d for d in _doors(observation) if d not in doors]
+        if len(rooms) == 1:  # the doors named are this room's: remember both directions
+            room = rooms[0][0].strip()
+            for d in _doors(observation):
+                adjacent.setdefault(room, set()).add(d)
+                adjacent.setdefault(d, set()).add(room)
+    start = searched[0] if searched else ""
+    tool_room = seen_in.pop(tool, "") or _seen_in_notes(notes_read, tool) if tool else ""
     parts = [f"The {t} was seen in the {room}." for t, room in seen_in.items()]
     missing = [t for t in targets if t not in seen_in]
     guess = ""
@@ -125,28 +146,76 @@ def record_line(
         searched += [r for r in searched_before or () if r not in searched]
         parts.append(f"The {missing[0]} was not in: {', '.join(searched)}.")
         guess = "" if searched_before is None else next((d for d in doors if d not in searched), "")
+    if tool and tool_room:
+        parts.append(f"The {tool} was seen in the {tool_room}.")
+    elif tool and searched:  # never seen: where it was not, and the first unsearched room to try
+        not_in = searched + [r for r in searched_in_notes(notes_read, tool) or () if r not in searched]
+        parts.append(f"The {tool} was not in: {', '.join(not_in)}.")
+        tool_room = next((d for d in doors if d not in not_in), "")
     scored = [a for a, r, _ in steps if a and r > 0]
-    if scored:
-        parts.append("Actions that scored: " + ", ".join(dict.fromkeys(scored)) + ".")
     failed = [a for a, r, _ in steps if a and r < 0]
-    if failed:
-        parts.append(f"Action that failed the task: {failed[-1]}.")
-    # A target seen but the task left unfinished: the whole plan in the valid actions' wording, which the
-    # warm-started model follows as it follows a curated tip. "Seen in the kitchen" alone left it in
-    # "turn on" loops; a plan that stopped at the focus left find-animal's agent never picking up.
-    for t, room in seen_in.items():
-        plan = [f"go to {room}", f"focus on {t}"]
-        finish = finishing_action(task_description, t)
-        plan += [finish] if finish else []
-        if plan[-1] not in scored:
-            parts.append("Next time: " + ", then ".join(plan) + ".")
-            break
-    else:
-        if guess and not seen_in:  # nothing seen: try the first room behind a door not yet searched
-            finish = finishing_action(task_description, missing[0])
-            plan = [f"go to {guess}", f"focus on {missing[0]}"] + ([finish] if finish else [])
-            parts.append("Next time: " + ", then ".join(plan) + ".")
+    # A target seen: the whole winning plan in the valid actions' wording, which the warm-started model
+    # follows as it follows a curated tip. "Seen in the kitchen" alone left it in "turn on" loops; a
+    # plan that stopped at the focus left find-animal's agent never picking up.
+    target = next(iter(seen_in), "") or (missing[0] if guess else "")
+    room = seen_in.get(target, guess)
+    plan = _plan(task_description, target, room, start, tool, tool_room, adjacent) if target else []
+    if plan and finishing_action(task_description, target):
+        # A whole plan alone, after a win too: next to "Actions that scored: go to kitchen[, …]." the
+        # model replayed "go to kitchen" in the kitchen instead of focusing (P(focus) 0.37–0.58 with
+        # that sentence, 0.95–0.97 with the plan alone; warm start v3, trap-light-bulb variations 0, 1,
+        # 36, 37; water-plant's first step 0.01 → 0.99).
+        parts.append("Next time: " + ", then ".join(plan) + ".")
+    else:  # no plan, or one that cannot name the finish (ScienceWorld's "move it to …"): the record too
+        parts += ["Actions that scored: " + ", ".join(dict.fromkeys(scored)) + "."] if scored else []
+        parts += [f"Action that failed the task: {failed[-1]}."] if failed else []
+        parts += ["Next time: " + ", then ".join(plan) + "."] if plan and plan[-1] not in scored else []
     return f"{RECORD_PREFIX} " + " ".join(parts) if parts else ""
+
+
+def _plan(
+    task_description: str, target: str, room: str, start: str, tool: str, tool_room: str,
+    adjacent: dict[str, set[str]],
+) -> list[str]:  # fmt: skip
+    """The winning actions as the record knows them: to the tool's room and pick it up (when the task
+    names a tool), to `room`, focus, finish. [] when a tool is needed and was never seen: a plan
+    without it could not be finished (water-plant's "water X" is valid only while holding the can)."""
+    plan: list[str] = []
+    here = start
+    if tool:
+        if not tool_room:
+            return []
+        plan += [f"go to {r}" for r in _route(here, tool_room, adjacent)] + [f"pick up {tool}"]
+        here = tool_room
+    # From the start the plan always names the room (as before routes: a start room unknown, or
+    # ScienceWorld's observations, which name no doors); after the tool, only the walk still left.
+    walk = _route(here, room, adjacent) if here != room else []
+    plan += [f"go to {r}" for r in (walk if walk or tool else [room])]
+    finish = finishing_action(task_description, target)
+    return plan + [f"focus on {target}"] + ([finish] if finish else [])
+
+
+def _route(start: str, goal: str, adjacent: dict[str, set[str]]) -> list[str]:
+    """The rooms to walk through from `start` to `goal` over the doors the episode saw (shortest,
+    ties broken by name; `goal` alone when the seen doors do not connect them)."""
+    if start == goal:
+        return []
+    previous: dict[str, str] = {start: start}
+    frontier = [start]
+    while frontier and goal not in previous:
+        nxt: list[str] = []
+        for room in frontier:
+            for d in sorted(adjacent.get(room, ())):
+                if d not in previous:
+                    previous[d] = room
+                    nxt.append(d)
+        frontier = nxt
+    if goal not in previous:
+        return [goal]
+    path = [goal]
+    while previous[path[-1]] != start:
+        path.append(previous[path[-1]])
+    return path[::-1]
 
 
 _DOORS = re.compile(r"Doors lead to: ([^.]*)\.")
@@ -158,6 +227,15 @@ def _doors(observation: str) -> list[str]:
     return [
         re.sub(r"^the\s+", "", d.strip()) for m in _DOORS.findall(observation) for d in m.split(",") if d.strip()
     ]
+
+
+def _seen_in_notes(notes: Sequence[str], thing: str) -> str:
+    """The room a record line among `notes` saw `thing` in ("The X was seen in the R."); "" if none."""
+    for note in notes:
+        m = re.search(rf"The {re.escape(thing)} was seen in the ([^.]+)\.", note)
+        if m:
+            return m.group(1).strip()
+    return ""
 
 
 def searched_in_notes(notes: Sequence[str], target: str) -> list[str] | None:
@@ -180,6 +258,21 @@ def searched_in_notes(notes: Sequence[str], target: str) -> list[str] | None:
 _THEN = re.compile(
     r"\bThen,?\s+(\w+) it(?: (on|off|up|down|in|out))?(?:\s+with\b[^.]*)?\s*(?:\.|$)", re.IGNORECASE
 )
+
+
+_WITH = re.compile(r"\bThen,?\s+\w+ it\b[^.]*?\bwith (?:the |a |an )?([^.]+?)\s*(?:\.|$)", re.IGNORECASE)
+
+
+def tool_of(task_description: str) -> str:
+    """The object the description's "Then, <verb> it with the <tool>." sentence names; "" when none.
+
+    >>> tool_of("Your task is to water the red flower. Then, water it with the watering can.")
+    'watering can'
+    >>> tool_of("Your task is to turn on the red light bulb. Then, turn it on.")
+    ''
+    """
+    m = _WITH.search(task_description)
+    return m.group(1).strip() if m else ""
 
 
 def finishing_action(task_description: str, target: str) -> str:
@@ -216,7 +309,7 @@ def episode_record(episode: Episode) -> str:
     read = list(dict.fromkeys(t.text for s in episode.steps for t in s.tips))
     targets = focus_items(task_description)
     before = searched_in_notes(read, targets[0]) if targets else ()
-    return record_line(task_description, [first, *steps], before)
+    return record_line(task_description, [first, *steps], before, read)
 
 
 def _task_description(episode: Episode) -> str:
