@@ -53,7 +53,7 @@ def trap_config(arm: str, seed: int, args: argparse.Namespace) -> RunConfig:
         seed=seed,
         env=EnvConfig(name="trap", task=args.task, variations=tuple(args.variations), step_limit=args.step_limit),
         memory=MemoryConfig(embedder="minilm"),
-        rollout=RolloutConfig(group_size=args.group_size),
+        rollout=RolloutConfig(group_size=args.group_size, variations_per_iteration=args.variations_per_iteration),
         train=TrainConfig(
             iterations=args.iterations, learning_rate=args.lr, checkpoint_every=args.iterations,
             eval_variations=max(1, args.eval_variations), eval_repeats=max(1, args.eval_repeats),
@@ -222,6 +222,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--task", default="trap-light-bulb")
     ap.add_argument("--variations", type=int, nargs="+", default=[0, 1, 2, 3, 4],
                     help="training variations (default: the paper's first 5 of the train split)")
+    ap.add_argument("--variations-per-iteration", type=int, default=1,
+                    help="groups per iteration, each on a training variation drawn at random (the paper's batch "
+                         "covers every training variation each iteration; each variation's memory fills only "
+                         "when it is played)")
     ap.add_argument("--step-limit", type=int, default=8)
     ap.add_argument("--lr", type=float, default=TrainConfig().learning_rate)
     ap.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS), help="arms to train (default: both)")
@@ -248,7 +252,8 @@ def main(argv: list[str] | None = None) -> int:
     report = [f"# bench_learning ({time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} CPU cores, torch {torch.__version__})", ""]
     if not args.skip_trap:
         print(f"trap: {args.iterations} iterations × seeds {args.seeds} × arms {args.arms}, group {args.group_size}")
-        heading = (f"## Trap env ({args.task}, variations {args.variations}, group {args.group_size}, "
+        heading = (f"## Trap env ({args.task}, variations {args.variations}, {args.variations_per_iteration} "
+                   f"group(s) of {args.group_size} per iteration, "
                    f"step limit {args.step_limit}, lr {args.lr}, seeds {args.seeds}"
                    + (f", EMPO² p {args.p_memory}" if args.p_memory is not None else "") + ")")  # fmt: skip
 

@@ -178,8 +178,8 @@ def _plan(
     adjacent: dict[str, set[str]],
 ) -> list[str]:  # fmt: skip
     """The winning actions as the record knows them: to the tool's room and pick it up (when the task
-    names a tool), to `room`, focus, finish. [] when a tool is needed and was never seen: a plan
-    without it could not be finished (water-plant's "water X" is valid only while holding the can)."""
+    names a tool), to `room`, focus, finish. [] when a tool is needed and no room is known or left to
+    try for it: a plan without it could not be finished ("water X" is valid only while holding the can)."""
     plan: list[str] = []
     here = start
     if tool:
