@@ -141,9 +141,8 @@ def test_record_line_from_a_trap_trajectory_exact():
     # Never seen: the first room behind a door seen and not searched (the hallway's doors list
     # kitchen, workshop, greenhouse, bedroom) is the plan's guess; a plan replaces the failed action.
     assert record_line(task, failed) == (
-        "[from the record] The green light bulb was not in: hallway, workshop. "
-        "Next time: go to kitchen, then focus on green light bulb, then turn on green light bulb."
-    )
+        "[from the record] The green light bulb was not in: hallway, workshop. Next time: go to kitchen."
+    )  # a guess ends at the room: "then focus on" in an empty room was a focus on its table (−100)
     assert record_line(task, failed, None) == (  # no guess (a note it read saw the bulb): no plan
         "[from the record] The green light bulb was not in: hallway, workshop. "
         "Action that failed the task: focus on red light bulb."
@@ -204,8 +203,7 @@ def test_record_line_does_not_take_a_decoy_for_the_target():
     res = env.step("go to kitchen")
     steps.append(("go to kitchen", res.reward, res.observation.text))
     assert record_line(obs.task_description, steps[:1]) == (
-        "[from the record] The rabbit was not in: hallway. "
-        "Next time: go to kitchen, then focus on rabbit, then pick up rabbit."
+        "[from the record] The rabbit was not in: hallway. Next time: go to kitchen."
     )
     assert record_line(obs.task_description, steps) == (
         "[from the record] The rabbit was seen in the kitchen. "
@@ -242,22 +240,18 @@ def test_failed_episodes_reading_each_others_notes_try_every_room_once():
     assert env.layout("trap-light-bulb", 37).target_room == "bedroom"
     first = record_line(task, _played(env, "trap-light-bulb", 37, ("go to kitchen",)))
     assert first == (
-        "[from the record] The blue light bulb was not in: hallway, kitchen. "
-        "Next time: go to workshop, then focus on blue light bulb, then turn on blue light bulb."
+        "[from the record] The blue light bulb was not in: hallway, kitchen. Next time: go to workshop."
     )
     # The kitchen's doors are the hallway and the workshop: alone, the next episode would guess kitchen.
     second_steps = _played(env, "trap-light-bulb", 37, ("go to workshop",))
-    assert record_line(task, second_steps).endswith("Next time: go to kitchen, then focus on blue light bulb, "
-                                                    "then turn on blue light bulb.")
+    assert record_line(task, second_steps).endswith("Next time: go to kitchen.")
     second = record_line(task, second_steps, searched_in_notes([first], "blue light bulb"))
     assert second == (
-        "[from the record] The blue light bulb was not in: hallway, workshop, kitchen. "
-        "Next time: go to greenhouse, then focus on blue light bulb, then turn on blue light bulb."
+        "[from the record] The blue light bulb was not in: hallway, workshop, kitchen. Next time: go to greenhouse."
     )
     third = record_line(task, _played(env, "trap-light-bulb", 37, ("go to greenhouse",)),
                         searched_in_notes([second], "blue light bulb"))  # fmt: skip
-    assert third.endswith("was not in: hallway, greenhouse, workshop, kitchen. Next time: go to bedroom, then "
-                          "focus on blue light bulb, then turn on blue light bulb.")
+    assert third.endswith("was not in: hallway, greenhouse, workshop, kitchen. Next time: go to bedroom.")
     # A note that saw the target: the room is known, so a failed reader guesses nothing.
     seen = "[from the record] The blue light bulb was seen in the bedroom. Next time: go to bedroom, then …"
     assert searched_in_notes([first, seen], "blue light bulb") is None
@@ -275,8 +269,7 @@ def test_episode_record_counts_the_rooms_of_the_notes_the_episode_read():
         "This room is called the workshop. In it, you see: a workbench. Doors lead to: the hallway, the kitchen."
     )
     assert episode_record(ep) == (  # alone, the workshop's other door is the guess
-        "[from the record] The green light bulb was not in: workshop. "
-        "Next time: go to hallway, then focus on green light bulb."
+        "[from the record] The green light bulb was not in: workshop. Next time: go to hallway."
     )
     read = RetrievedTip("t", "[from the record] The green light bulb was not in: hallway, kitchen. Next time: …", 0.0, 0.9)
     ep = replace(ep, steps=(replace(ep.steps[0], tips=(read,)),))
@@ -327,4 +320,31 @@ def test_water_plant_record_fetches_the_can_first_over_the_doors_seen():
     task5 = env.task_description("trap-water-plant", 5)
     assert record_line(task5, _played(env, "trap-water-plant", 5, ("go to workshop",))).endswith(
         "Next time: pick up watering can, then go to workshop, then focus on purple flower, then water purple flower."
+    )
+
+
+def test_notes_carry_the_rooms_they_saw_and_searched_into_the_next_record():
+    """A note's "…was seen in the R" keeps its plan in the next record even if that episode never got
+    there; a note's searched rooms for the can are read sentence by sentence (after a "seen" sentence)."""
+    from empo2_studio.envs.trap import TrapEnv
+    from empo2_studio.memory.reflection import record_line, searched_in_notes
+
+    note = "[from the record] The blue flower was seen in the workshop. The watering can was not in: hallway, workshop."
+    assert searched_in_notes([note], "watering can") == ["hallway", "workshop"]
+    assert searched_in_notes([note], "blue flower") is None
+    env = TrapEnv()
+    task = env.task_description("trap-light-bulb", 0)  # the green light bulb is in the kitchen
+    seen = "[from the record] The green light bulb was seen in the kitchen. Next time: go to kitchen, then …"
+    assert record_line(task, _played(env, "trap-light-bulb", 0, ("go to workshop",)), None, [seen]) == (
+        "[from the record] The green light bulb was seen in the kitchen. "
+        "Next time: go to kitchen, then focus on green light bulb, then turn on green light bulb."
+    )
+    # water-plant v0 (can in the bedroom): the note searched hallway, kitchen, workshop for the can, so an
+    # episode that saw only the workshop guesses the greenhouse, not the kitchen again.
+    task = env.task_description("trap-water-plant", 0)
+    first = record_line(task, _played(env, "trap-water-plant", 0, ("go to kitchen", "go to workshop")))
+    assert "The watering can was not in: hallway, kitchen, workshop." in first
+    assert record_line(task, _played(env, "trap-water-plant", 0, ("go to workshop",)), (), [first]).endswith(
+        "Next time: go to greenhouse, then pick up watering can, then go to hallway, then go to workshop, "
+        "then focus on blue flower, then water blue flower."
     )

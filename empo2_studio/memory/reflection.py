@@ -90,16 +90,17 @@ def record_line(
             the target (`searched_in_notes`); they count as searched, so a chain of failed episodes,
             each reading the last one's note, tries every room once instead of two rooms in turn.
             None when a note it read saw the target: then no room is guessed.
-        notes_read: the notes the episode read, for the tool a task names ("…water it with the
-            watering can"): where they saw it ("The watering can was seen in the R."), or the rooms
-            they searched for it, which count as searched here too.
+        notes_read: the notes the episode read: where they saw the target or the tool a task names
+            ("…water it with the watering can"; "The watering can was seen in the R."), which this
+            line then repeats with its plan, or the rooms they searched for the tool, which count as
+            searched here too.
 
     Returns:
         "[from the record] The X was seen in the R. Next time: go to R, then focus on X, then turn on X."
         (the plan ends with `finishing_action`, else the focus; it is written after a win too) — or,
         when X was never seen, "The X was not in: hallway, kitchen." and, when a door the episode saw
-        leads to a room not yet searched, a plan that tries the first such room: "Next time: go to
-        workshop, then focus on X, then turn on X." Without a plan, or with one that cannot name the
+        leads to a room not yet searched, a plan that goes to the first such room and ends there:
+        "Next time: go to workshop." Without a plan, or with one that cannot name the
         finishing action (then written only while its last step never scored), the line lists "Actions
         that scored: a, b." and "Action that failed the task: c.". When the task names a tool (`tool_of`), the
         line says where it was seen ("The watering can was seen in the bedroom.") or not ("The
@@ -113,7 +114,8 @@ def record_line(
     actions in the environment's own wording, which a small model can follow. The plan for an unseen X
     is there because the model goes where a note points: next to "…was not in: hallway, kitchen" alone
     it went to the kitchen (P 0.65–0.69, trap-light-bulb); with the plan after it, to the plan's room
-    (0.95–0.98) and never to the searched one (≤ 0.03).
+    (0.95–0.98) and never to the searched one (≤ 0.03). It stops at that room: a guessed "…, then
+    focus on X" made the model focus on whatever the room held when X was not there (0.99, −100).
     """
     targets = focus_items(task_description)
     tool = tool_of(task_description)
@@ -139,6 +141,9 @@ def record_line(
                 adjacent.setdefault(d, set()).add(room)
     start = searched[0] if searched else ""
     tool_room = seen_in.pop(tool, "") or _seen_in_notes(notes_read, tool) if tool else ""
+    for target in targets:  # a room a note it read saw the target in is known too: keep its plan
+        if target not in seen_in and (room := _seen_in_notes(notes_read, target)):
+            seen_in[target] = room
     parts = [f"The {t} was seen in the {room}." for t, room in seen_in.items()]
     missing = [t for t in targets if t not in seen_in]
     guess = ""
@@ -159,7 +164,10 @@ def record_line(
     # plan that stopped at the focus left find-animal's agent never picking up.
     target = next(iter(seen_in), "") or (missing[0] if guess else "")
     room = seen_in.get(target, guess)
-    plan = _plan(task_description, target, room, start, tool, tool_room, adjacent) if target else []
+    # A guessed room ends the plan: told "go to kitchen, then focus on X" with X not there, the model
+    # focused on the kitchen's table (0.99: −100, the task failed); told "go to kitchen." it went there
+    # (0.90–0.99) and back out (1.00), and a record that then saw X gives the whole plan.
+    plan = _plan(task_description, target, room, start, tool, tool_room, adjacent, reach_only=target not in seen_in) if target else []  # fmt: skip
     if plan and finishing_action(task_description, target):
         # A whole plan alone, after a win too: next to "Actions that scored: go to kitchen[, …]." the
         # model replayed "go to kitchen" in the kitchen instead of focusing (P(focus) 0.37–0.58 with
@@ -175,11 +183,12 @@ def record_line(
 
 def _plan(
     task_description: str, target: str, room: str, start: str, tool: str, tool_room: str,
-    adjacent: dict[str, set[str]],
+    adjacent: dict[str, set[str]], *, reach_only: bool = False,
 ) -> list[str]:  # fmt: skip
     """The winning actions as the record knows them: to the tool's room and pick it up (when the task
-    names a tool), to `room`, focus, finish. [] when a tool is needed and no room is known or left to
-    try for it: a plan without it could not be finished ("water X" is valid only while holding the can)."""
+    names a tool), to `room`, focus, finish; with `reach_only` (a guessed room) it ends on reaching
+    `room`. [] when a tool is needed and no room is known or left to try for it: a plan without it
+    could not be finished ("water X" is valid only while holding the can)."""
     plan: list[str] = []
     here = start
     if tool:
@@ -191,6 +200,8 @@ def _plan(
     # ScienceWorld's observations, which name no doors); after the tool, only the walk still left.
     walk = _route(here, room, adjacent) if here != room else []
     plan += [f"go to {r}" for r in (walk if walk or tool else [room])]
+    if reach_only:
+        return plan
     finish = finishing_action(task_description, target)
     return plan + [f"focus on {target}"] + ([finish] if finish else [])
 
@@ -219,7 +230,7 @@ def _route(start: str, goal: str, adjacent: dict[str, set[str]]) -> list[str]:
 
 
 _DOORS = re.compile(r"Doors lead to: ([^.]*)\.")
-_NOT_IN = re.compile(r"The (.+?) was not in: ([^.]*)\.")
+_NOT_IN = re.compile(r"The ([^.]+?) was not in: ([^.]*)\.")  # one sentence: not "…seen in R. The can"
 
 
 def _doors(observation: str) -> list[str]:
