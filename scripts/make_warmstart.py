@@ -91,7 +91,7 @@ def failed_record(task: str, variation: int, rng: random.Random) -> str:
         steps.append((res.action, res.reward, res.observation.text))
     # No guessed "Next time" room: beside the informative note this one must say nothing to follow (and
     # v3 was trained before record lines guessed a room for an unseen target).
-    return record_line(obs.task_description, steps, searched_before=None)
+    return record_line(obs.task_description, steps, guess=False)
 
 
 def notes_for(task: str, variation: int, rng: random.Random) -> list[str]:

@@ -143,7 +143,7 @@ def test_record_line_from_a_trap_trajectory_exact():
     assert record_line(task, failed) == (
         "[from the record] The green light bulb was not in: hallway, workshop. Next time: go to kitchen."
     )  # a guess ends at the room: "then focus on" in an empty room was a focus on its table (−100)
-    assert record_line(task, failed, None) == (  # no guess (a note it read saw the bulb): no plan
+    assert record_line(task, failed, guess=False) == (  # no guess: no plan
         "[from the record] The green light bulb was not in: hallway, workshop. "
         "Action that failed the task: focus on red light bulb."
     )
@@ -245,17 +245,16 @@ def test_failed_episodes_reading_each_others_notes_try_every_room_once():
     # The kitchen's doors are the hallway and the workshop: alone, the next episode would guess kitchen.
     second_steps = _played(env, "trap-light-bulb", 37, ("go to workshop",))
     assert record_line(task, second_steps).endswith("Next time: go to kitchen.")
-    second = record_line(task, second_steps, searched_in_notes([first], "blue light bulb"))
+    second = record_line(task, second_steps, [first])
     assert second == (
         "[from the record] The blue light bulb was not in: hallway, workshop, kitchen. Next time: go to greenhouse."
     )
-    third = record_line(task, _played(env, "trap-light-bulb", 37, ("go to greenhouse",)),
-                        searched_in_notes([second], "blue light bulb"))  # fmt: skip
+    third = record_line(task, _played(env, "trap-light-bulb", 37, ("go to greenhouse",)), [second])
     assert third.endswith("was not in: hallway, greenhouse, workshop, kitchen. Next time: go to bedroom.")
-    # A note that saw the target: the room is known, so a failed reader guesses nothing.
+    # A note that saw the target: the room is known (its plan carries over), nothing is guessed.
     seen = "[from the record] The blue light bulb was seen in the bedroom. Next time: go to bedroom, then …"
     assert searched_in_notes([first, seen], "blue light bulb") is None
-    assert record_line(task, second_steps, None) == "[from the record] The blue light bulb was not in: hallway, workshop."
+    assert record_line(task, second_steps, guess=False) == "[from the record] The blue light bulb was not in: hallway, workshop."
     assert searched_in_notes([first], "red light bulb") == []  # another target's rooms do not count
 
 
@@ -307,13 +306,13 @@ def test_water_plant_record_fetches_the_can_first_over_the_doors_seen():
     )
     # The next episode, reading that note, searched the kitchen too: the rooms add up, the greenhouse is next.
     kitchen = _played(env, "trap-water-plant", 0, ("go to kitchen", "go to workshop"))
-    assert "The watering can was not in: hallway, kitchen, workshop. " in record_line(task, kitchen, (), [first])
-    assert record_line(task, kitchen, (), [first]).endswith(
+    assert "The watering can was not in: hallway, kitchen, workshop. " in record_line(task, kitchen, [first])
+    assert record_line(task, kitchen, [first]).endswith(
         "Next time: go to greenhouse, then pick up watering can, then go to hallway, then go to workshop, "
         "then focus on blue flower, then water blue flower."
     )
     # A note that saw the can: an episode that never went there still plans the right fetch.
-    assert record_line(task, flower_only, (), [record_line(task, both)]).endswith(
+    assert record_line(task, flower_only, [record_line(task, both)]).endswith(
         "Next time: " + ", then ".join(gold) + "."
     )
     # Can in the hallway (variation 5): the plan starts with the pick-up, no walk first.
@@ -335,7 +334,7 @@ def test_notes_carry_the_rooms_they_saw_and_searched_into_the_next_record():
     env = TrapEnv()
     task = env.task_description("trap-light-bulb", 0)  # the green light bulb is in the kitchen
     seen = "[from the record] The green light bulb was seen in the kitchen. Next time: go to kitchen, then …"
-    assert record_line(task, _played(env, "trap-light-bulb", 0, ("go to workshop",)), None, [seen]) == (
+    assert record_line(task, _played(env, "trap-light-bulb", 0, ("go to workshop",)), [seen]) == (
         "[from the record] The green light bulb was seen in the kitchen. "
         "Next time: go to kitchen, then focus on green light bulb, then turn on green light bulb."
     )
@@ -344,7 +343,7 @@ def test_notes_carry_the_rooms_they_saw_and_searched_into_the_next_record():
     task = env.task_description("trap-water-plant", 0)
     first = record_line(task, _played(env, "trap-water-plant", 0, ("go to kitchen", "go to workshop")))
     assert "The watering can was not in: hallway, kitchen, workshop." in first
-    assert record_line(task, _played(env, "trap-water-plant", 0, ("go to workshop",)), (), [first]).endswith(
+    assert record_line(task, _played(env, "trap-water-plant", 0, ("go to workshop",)), [first]).endswith(
         "Next time: go to greenhouse, then pick up watering can, then go to hallway, then go to workshop, "
         "then focus on blue flower, then water blue flower."
     )

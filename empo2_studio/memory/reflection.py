@@ -77,8 +77,9 @@ def write_tips(policy: Policy, episodes: Sequence[Episode]) -> list[str]:
 def record_line(
     task_description: str,
     steps: Sequence[tuple[str, float, str]],
-    searched_before: Sequence[str] | None = (),
     notes_read: Sequence[str] = (),
+    *,
+    guess: bool = True,
 ) -> str:
     """The structured line of a tip, derived from the trajectory and the notes it read (no model call).
 
@@ -86,14 +87,12 @@ def record_line(
         task_description: the task text; the objects it says to focus on are what the line looks for.
         steps: (executed action, reward, observation after the action) per step, in order; the
             first observation of the episode may be passed as a step with action "".
-        searched_before: rooms that the notes the episode read had already searched without finding
-            the target (`searched_in_notes`); they count as searched, so a chain of failed episodes,
-            each reading the last one's note, tries every room once instead of two rooms in turn.
-            None when a note it read saw the target: then no room is guessed.
-        notes_read: the notes the episode read: where they saw the target or the tool a task names
-            ("…water it with the watering can"; "The watering can was seen in the R."), which this
-            line then repeats with its plan, or the rooms they searched for the tool, which count as
-            searched here too.
+        notes_read: the notes the episode read. Where they saw the target or the tool a task names
+            ("…water it with the watering can"; "The watering can was seen in the R.") this line
+            repeats, with its plan; the rooms they searched without finding either
+            (`searched_in_notes`) count as searched here too, so a chain of failed episodes, each
+            reading the last one's note, tries every room once instead of two rooms in turn.
+        guess: False leaves out the guessed room of a target never seen (and its plan).
 
     Returns:
         "[from the record] The X was seen in the R. Next time: go to R, then focus on X, then turn on X."
@@ -146,11 +145,11 @@ def record_line(
             seen_in[target] = room
     parts = [f"The {t} was seen in the {room}." for t, room in seen_in.items()]
     missing = [t for t in targets if t not in seen_in]
-    guess = ""
+    guessed = ""
     if missing and searched:
-        searched += [r for r in searched_before or () if r not in searched]
+        searched += [r for r in searched_in_notes(notes_read, missing[0]) or () if r not in searched]
         parts.append(f"The {missing[0]} was not in: {', '.join(searched)}.")
-        guess = "" if searched_before is None else next((d for d in doors if d not in searched), "")
+        guessed = next((d for d in doors if d not in searched), "") if guess else ""
     if tool and tool_room:
         parts.append(f"The {tool} was seen in the {tool_room}.")
     elif tool and searched:  # never seen: where it was not, and the first unsearched room to try
@@ -162,8 +161,8 @@ def record_line(
     # A target seen: the whole winning plan in the valid actions' wording, which the warm-started model
     # follows as it follows a curated tip. "Seen in the kitchen" alone left it in "turn on" loops; a
     # plan that stopped at the focus left find-animal's agent never picking up.
-    target = next(iter(seen_in), "") or (missing[0] if guess else "")
-    room = seen_in.get(target, guess)
+    target = next(iter(seen_in), "") or (missing[0] if guessed else "")
+    room = seen_in.get(target, guessed)
     # A guessed room ends the plan: told "go to kitchen, then focus on X" with X not there, the model
     # focused on the kitchen's table (0.99: −100, the task failed); told "go to kitchen." it went there
     # (0.90–0.99) and back out (1.00), and a record that then saw X gives the whole plan.
@@ -196,8 +195,8 @@ def _plan(
             return []
         plan += [f"go to {r}" for r in _route(here, tool_room, adjacent)] + [f"pick up {tool}"]
         here = tool_room
-    # From the start the plan always names the room (as before routes: a start room unknown, or
-    # ScienceWorld's observations, which name no doors); after the tool, only the walk still left.
+    # From the start the plan always names the room, even when no route is known (a start room unknown,
+    # or ScienceWorld's observations, which name no doors); after the tool, only the walk still left.
     walk = _route(here, room, adjacent) if here != room else []
     plan += [f"go to {r}" for r in (walk if walk or tool else [room])]
     if reach_only:
@@ -316,11 +315,8 @@ def episode_record(episode: Episode) -> str:
         return ""
     first = ("", 0.0, episode.steps[0].user_message)
     steps = [(s.action or s.sample.text, s.reward, s.observation) for s in episode.steps]
-    task_description = _task_description(episode)
     read = list(dict.fromkeys(t.text for s in episode.steps for t in s.tips))
-    targets = focus_items(task_description)
-    before = searched_in_notes(read, targets[0]) if targets else ()
-    return record_line(task_description, [first, *steps], before, read)
+    return record_line(_task_description(episode), [first, *steps], read)
 
 
 def _task_description(episode: Episode) -> str:
