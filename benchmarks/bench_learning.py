@@ -20,6 +20,7 @@ Run:  PYTHONPATH=. .venv/bin/python benchmarks/bench_learning.py            (def
       ... --iterations 20 --seeds 0 1 2 --group-size 8                      (a longer run)
       ... --skip-scienceworld / --skip-trap
       ... --arms EMPO2 --p-memory 0.4                                        (one arm, the paper's p ablation)
+      ... --step-credit 1                                                    (both arms: GiGPO step-level credit)
 """
 
 from __future__ import annotations
@@ -63,7 +64,10 @@ def trap_config(arm: str, seed: int, args: argparse.Namespace) -> RunConfig:
     rollout = dict(over["rollout"])
     if arm == "EMPO2" and args.p_memory is not None:
         rollout["p_memory"] = args.p_memory  # the paper's p ablation (§4.2): 0.1, 0.25, 0.4, 0.7
-    return base.with_overrides(rollout=rollout, algo=over["algo"])
+    algo = dict(over["algo"])
+    if args.step_credit:  # both arms: step-level credit (GiGPO's anchor states), an option of this project
+        algo["step_advantage_coef"] = args.step_credit
+    return base.with_overrides(rollout=rollout, algo=algo)
 
 
 def run_trap(args: argparse.Namespace, root: Path, embedder, policy, save) -> dict[str, dict[int, dict]]:
@@ -229,6 +233,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--step-limit", type=int, default=8)
     ap.add_argument("--lr", type=float, default=TrainConfig().learning_rate)
     ap.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS), help="arms to train (default: both)")
+    ap.add_argument("--step-credit", type=float, default=0.0, metavar="OMEGA",
+                    help="both arms: step-level credit weight ω (algo.step_advantage_coef; GiGPO: 1; default 0 = off)")
     ap.add_argument("--p-memory", type=float, default=None, help="EMPO²'s memory-rollout probability p (default: the config's)")
     ap.add_argument("--eval-variations", type=int, default=12,
                     help="test variations evaluated, at the start and the end (default: all 12 of the trap's "
@@ -255,7 +261,8 @@ def main(argv: list[str] | None = None) -> int:
         heading = (f"## Trap env ({args.task}, variations {args.variations}, {args.variations_per_iteration} "
                    f"group(s) of {args.group_size} per iteration, "
                    f"step limit {args.step_limit}, lr {args.lr}, seeds {args.seeds}"
-                   + (f", EMPO² p {args.p_memory}" if args.p_memory is not None else "") + ")")  # fmt: skip
+                   + (f", EMPO² p {args.p_memory}" if args.p_memory is not None else "")
+                   + (f", step credit ω {args.step_credit}" if args.step_credit else "") + ")")  # fmt: skip
 
         def save(results: dict[str, dict[int, dict]]) -> None:
             (root / "learning.json").write_text(json.dumps(

@@ -173,6 +173,13 @@ class AlgoConfig:
     """ε in A = (R − mean) / (std + ε); must be > 0 (paper / recipe: 1e-6)."""
     intrinsic_coef: float = 1.0
     """Scale of the novelty reward (0 disables it)."""
+    step_advantage_coef: float = 0.0
+    """ω of step-level credit (GiGPO's anchor-state groups; 0 = off, the paper's episode-level GRPO,
+    GiGPO: 1): each turn's advantage becomes A_episode + ω · A_step, A_step standardising the turn's
+    discounted return-to-go among the group's turns taken from the same environment state (an option
+    of this project, not part of EMPO²; see README)."""
+    step_gamma: float = 0.95
+    """γ of the step-level return-to-go (GiGPO: 0.95); used only when `step_advantage_coef` > 0."""
     novelty_threshold: float = 0.9
     """A state is new when its cosine similarity to every stored state is below this."""
 
@@ -285,6 +292,8 @@ class RunConfig:
         if isinstance(a.adv_eps, bool) or not isinstance(a.adv_eps, (int, float)) or not 0.0 < a.adv_eps < math.inf:
             raise ValueError(f"algo.adv_eps is the ε added to the group std and must be a finite number > 0 (paper: 1e-6), got {a.adv_eps!r}")
         _between("algo.intrinsic_coef", a.intrinsic_coef, 0.0, math.inf)
+        _between("algo.step_advantage_coef", a.step_advantage_coef, 0.0, math.inf)
+        _between("algo.step_gamma", a.step_gamma, 0.0, 1.0)
         _between("algo.novelty_threshold", a.novelty_threshold, -1.0, 1.0)
         t = self.train
         _positive("train.iterations", t.iterations)

@@ -34,7 +34,7 @@ from typing import Any
 import torch
 
 from empo2_studio import evaluation
-from empo2_studio.algorithm import NoveltyMemory, group_advantages
+from empo2_studio.algorithm import NoveltyMemory, discounted_returns, group_advantages, step_advantages
 from empo2_studio.config import RunConfig
 from empo2_studio.envs import EnvPool
 from empo2_studio.rollout import (
@@ -45,6 +45,8 @@ from empo2_studio.rollout import (
     play_group,
     sampling_seed,
     seed_policy,
+    state_keys,
+    step_rewards,
     success_rate,
     write_group_tips,
 )
@@ -226,11 +228,20 @@ class Trainer:
         self._phase(f"writing the tips of {len(episodes)} episodes")
         return write_group_tips(self.policy, self.store, episodes, timings=timings)
 
-    def _advantages(self, groups: Sequence[Sequence[Episode]]) -> list[float]:
-        """Group-relative advantages of R = extrinsic return + intrinsic_coef × Σ intrinsic rewards."""
-        coef = self.cfg.algo.intrinsic_coef
-        returns = torch.tensor([[episode_return(ep, coef) for ep in g] for g in groups], dtype=torch.float64)
-        return group_advantages(returns, self.cfg.algo.adv_eps).flatten().tolist()
+    def _advantages(self, groups: Sequence[Sequence[Episode]]) -> list[float] | list[list[float]]:
+        """Group-relative advantages of R = extrinsic return + intrinsic_coef × Σ intrinsic rewards, one
+        per episode; with `algo.step_advantage_coef` ω > 0, one per turn instead: A_episode + ω · A_step
+        (`algorithm.step_advantages` over each group's anchor states, returns-to-go at γ = `step_gamma`)."""
+        a = self.cfg.algo
+        returns = torch.tensor([[episode_return(ep, a.intrinsic_coef) for ep in g] for g in groups], dtype=torch.float64)
+        per_episode = group_advantages(returns, a.adv_eps).flatten().tolist()
+        if a.step_advantage_coef == 0.0:
+            return per_episode
+        per_step = []
+        for g in groups:
+            to_go = [discounted_returns(torch.tensor(step_rewards(ep, a.intrinsic_coef), dtype=torch.float64), a.step_gamma) for ep in g]
+            per_step += step_advantages([state_keys(ep) for ep in g], to_go, a.adv_eps)
+        return [[ep_adv + a.step_advantage_coef * float(x) for x in steps] for ep_adv, steps in zip(per_episode, per_step)]
 
     def _rollout_metrics(self, episodes: Sequence[Episode], mode: UpdateMode, timings: Timings) -> dict[str, float]:
         n = len(episodes)

@@ -135,7 +135,8 @@ def policy_update(
         optimizer: AdamW over `policy.trainable_parameters()`.
         episodes: the played episodes (their steps carry the behaviour log-probs, sampled at
             `Episode.temperature`, which every re-score uses too).
-        advantages: one group-relative advantage per episode (same order).
+        advantages: per episode (same order), one group-relative advantage for all its turns, or a
+            sequence with one per turn (step-level credit, `AlgoConfig.step_advantage_coef`).
         update_mode: selects the conversation the current log-probs are taken on (module table).
         settings: clipping, mask, aggregation, grad clip, epochs, micro-batch size, length limit.
 
@@ -146,13 +147,15 @@ def policy_update(
         the with-grad forward, all passes), `time/scoring`, `time/backward`.
 
     Raises:
-        ValueError: `advantages` and `episodes` differ in length.
+        ValueError: `advantages` and `episodes` differ in length, or an episode's per-turn advantages
+            do not number its turns.
     """
     if len(advantages) != len(episodes):
         raise ValueError(f"need one advantage per episode, got {len(advantages)} for {len(episodes)} episodes")
+    per_turn = [_per_turn(ep, a) for ep, a in zip(episodes, advantages)]
     ends = [turn_ends(policy, ep, update_mode) for ep in episodes]
     keep = [sum(1 for end in e if end <= settings.max_train_tokens) for e in ends]
-    items = [(ep, float(a), k) for ep, a, k in zip(episodes, advantages, keep) if k > 0]
+    items = [(ep, a[:k], k) for ep, a, k in zip(episodes, per_turn, keep) if k > 0]
     metrics: dict[str, float] = {
         "train/dropped_turns": float(sum(len(ep.steps) for ep in episodes) - sum(keep)),
         # tokens through the graded (with-grad) forward, every pass: what the CPU pays per update
@@ -161,7 +164,7 @@ def policy_update(
         "time/backward": 0.0,
         "guard/skipped": 0.0,
     }
-    signal = bool(items) and (any(a != 0.0 for _, a, _ in items) or settings.algo.kl_coef != 0.0)
+    signal = bool(items) and (any(x != 0.0 for _, a, _ in items for x in a) or settings.algo.kl_coef != 0.0)
     if settings.sync is not None:  # every rank must agree, or the collectives of one pass would hang
         signal = settings.sync.any(signal)
         metrics["train/dropped_turns"] = settings.sync.sum(metrics["train/dropped_turns"])
@@ -254,16 +257,26 @@ def _score_chunk(
     scored = policy.score(convs, temperature=_temperatures(chunk))
     rows, old_rows, adv_rows = [], [], []
     for (ep, adv, k), per_turn in zip(chunk, scored, strict=True):
-        for step, lp in zip(ep.steps[:k], per_turn, strict=True):
+        for step, lp, a in zip(ep.steps[:k], per_turn, adv, strict=True):
             rows.append(lp)
             old_rows.append(torch.tensor(step.sample.logprobs, dtype=torch.float32))
-            adv_rows.append(adv)
+            adv_rows.append(a)
     logps = _pad(rows)
     device = logps.device
     old = _pad(old_rows).to(device)
     lengths = torch.tensor([r.shape[0] for r in rows], device=device)
     mask = torch.arange(logps.shape[1], device=device)[None, :] < lengths[:, None]
     return logps.float(), old, torch.tensor(adv_rows, dtype=torch.float32, device=device), mask
+
+
+def _per_turn(episode: Episode, advantage: float | Sequence[float]) -> list[float]:
+    """One advantage per turn of `episode`: an episode-level value repeated, or the given sequence."""
+    if isinstance(advantage, (int, float)):
+        return [float(advantage)] * len(episode.steps)
+    values = [float(a) for a in advantage]
+    if len(values) != len(episode.steps):
+        raise ValueError(f"episode {episode.episode_id}: {len(values)} per-turn advantages for {len(episode.steps)} turns")
+    return values
 
 
 def _tip_free_logps(policy: Policy, chunk: list, mask: torch.Tensor) -> torch.Tensor:

@@ -60,3 +60,56 @@ def test_bad_input_raises():
     with pytest.raises(ValueError, match="eps must be a finite number ≥ 0, got -1"):
         group_advantages(torch.tensor([[0.0, 1.0]]), eps=-1)
 
+
+
+def test_discounted_returns_by_hand():
+    from empo2_studio.algorithm.advantages import discounted_returns
+
+    # G_1 = 75; G_0 = 25 + 0.9 · 75 = 92.5
+    assert discounted_returns(torch.tensor([25.0, 75.0]), 0.9).tolist() == pytest.approx([92.5, 75.0])
+    assert discounted_returns(torch.tensor([25.0, 75.0]), 0.0).tolist() == [25.0, 75.0]
+    assert discounted_returns(torch.zeros(0), 0.95).tolist() == []
+    with pytest.raises(ValueError, match="gamma must be a number in \\[0, 1\\], got 1.5"):
+        discounted_returns(torch.tensor([1.0]), 1.5)
+    with pytest.raises(ValueError, match="\\(T,\\)"):
+        discounted_returns(torch.zeros(2, 2), 0.9)
+
+
+def test_step_advantages_compare_actions_taken_from_the_same_state():
+    from empo2_studio.algorithm.advantages import step_advantages
+
+    # Three trap-like episodes, γ = 1. All start in the hallway (S0). A and B reach the kitchen (K):
+    # A focuses on the bulb and turns it on (+25, +75), B focuses on the table (+25, −125); C goes to
+    # the workshop (W) and loops (0, 0).
+    states = [["S0", "K"], ["S0", "K"], ["S0", "W"]]
+    returns = [torch.tensor([100.0, 75.0]), torch.tensor([-100.0, -125.0]), torch.tensor([0.0, 0.0])]
+    a, b, c = step_advantages(states, returns, eps=0.0)
+    # S0: returns 100, −100, 0 → mean 0, std 100 → 1, −1, 0.
+    # K: 75, −125 → mean −25, std 100·√2 → ±1/√2. W is seen once: no peer, 0.
+    assert a.tolist() == pytest.approx([1.0, 2**-0.5])
+    assert b.tolist() == pytest.approx([-1.0, -(2**-0.5)])
+    assert c.tolist() == [0.0, 0.0]
+
+
+def test_step_advantages_pool_a_state_across_times_and_zero_equal_returns():
+    from empo2_studio.algorithm.advantages import step_advantages
+
+    # The hallway is visited at step 0 by both and again at step 2 by the first: one anchor group of 3.
+    states = [["H", "K", "H"], ["H", "W"]]
+    returns = [torch.tensor([10.0, 5.0, 0.0]), torch.tensor([5.0, 5.0])]
+    first, second = step_advantages(states, returns, eps=0.0)
+    # H: 10, 0, 5 → mean 5, std 5 → 1, −1, 0. K and W are singletons.
+    assert first.tolist() == pytest.approx([1.0, 0.0, -1.0])
+    assert second.tolist() == pytest.approx([0.0, 0.0])
+    # Equal returns from a state carry no signal.
+    same = step_advantages([["H"], ["H"]], [torch.tensor([3.0]), torch.tensor([3.0])])
+    assert [x.tolist() for x in same] == [[0.0], [0.0]]
+
+
+def test_step_advantages_bad_input():
+    from empo2_studio.algorithm.advantages import step_advantages
+
+    with pytest.raises(ValueError, match="episode 0: 2 state keys but 1 returns"):
+        step_advantages([["a", "b"]], [torch.tensor([1.0])])
+    with pytest.raises(ValueError, match="one return row per episode"):
+        step_advantages([["a"]], [])

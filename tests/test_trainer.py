@@ -162,6 +162,31 @@ def test_advantages_use_extrinsic_plus_scaled_intrinsic(tmp_path, tiny_policy):
     assert adv == pytest.approx([12 / 16.970563, -12 / 16.970563], rel=1e-5)
 
 
+def test_step_level_credit_adds_anchor_state_advantages(tmp_path, tiny_policy):
+    trainer = make_trainer(
+        tmp_path, tiny_policy, algo={"intrinsic_coef": 0.0, "step_advantage_coef": 0.5, "step_gamma": 1.0}
+    )
+
+    def ep(rewards, observations):
+        steps = tuple(
+            Step(index=i, user_message="u", tips=(), valid_actions=("a", "b"), sample=None, action="a",
+                 corrected=False, reward=r, score=0.0, observation=o)  # fmt: skip
+            for i, (r, o) in enumerate(zip(rewards, observations))
+        )
+        return Episode("e", "trap", "t", 0, "train", "naive", "on-policy", "constrained", 1.0, 0, steps, 0.0, False)
+
+    # Returns 100 and −100: episode advantages ±1/√2 (std 100·√2). Step 0 is the shared start state:
+    # returns-to-go 100, −100 → ±1/√2. Step 1 comes after different observations (K, W): no peer, 0.
+    # Per turn: ±(1/√2 + 0.5/√2) at step 0, ±1/√2 at step 1.
+    adv = trainer._advantages([[ep([25.0, 75.0], ["K", "done"]), ep([25.0, -125.0], ["W", "done"])]])
+    r = 2**-0.5
+    assert adv[0] == pytest.approx([1.5 * r, r], rel=1e-5)
+    assert adv[1] == pytest.approx([-1.5 * r, -r], rel=1e-5)
+    # The same observation before step 1: that step is compared too (75 vs −125 → ±1/√2 more).
+    adv = trainer._advantages([[ep([25.0, 75.0], ["K", "done"]), ep([25.0, -125.0], ["K", "done"])]])
+    assert adv[0] == pytest.approx([1.5 * r, 1.5 * r], rel=1e-5)
+
+
 class NaNScores:
     """Wraps the real policy; its scores become NaN (still attached to the graph)."""
 

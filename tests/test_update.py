@@ -125,6 +125,18 @@ def test_hand_worked_loss_gradient_and_step(loss_agg):
     assert m["guard/skipped"] == 0.0 and m["mask/low_prob_frac"] == 0.0
 
 
+def test_per_turn_advantages_weight_each_turn():
+    # e1's turns get 1 (2 tokens) and 3 (1 token), e2 −0.5 (3 tokens), e3 2 (2 tokens), every ratio 1:
+    # token-mean loss = −(2·1 + 1·3 − 3·0.5 + 2·2) / 8 = −7.5 / 8.
+    m = _update(ScoringFake(), advantages=[[1.0, 3.0], [-0.5], [2.0]])
+    assert m["loss/policy"] == pytest.approx(-7.5 / 8, abs=1e-6)
+    # A scalar per episode is the same as that value at every turn.
+    a, b = ScoringFake(), ScoringFake()
+    assert _update(a)["loss/policy"] == _update(b, advantages=[[1.0, 1.0], [-0.5], [2.0]])["loss/policy"]
+    with pytest.raises(ValueError, match="episode e1: 1 per-turn advantages for 2 turns"):
+        _update(ScoringFake(), advantages=[[1.0], [-0.5], [2.0]])
+
+
 @pytest.mark.parametrize("loss_agg", sorted(EXPECTED_LOSS))
 def test_micro_batches_equal_one_batch(loss_agg):
     runs = []

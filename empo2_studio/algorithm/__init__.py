@@ -2,7 +2,7 @@
 surrogate (on-policy and off-policy distillation), the low-probability mask, the KL term, the
 update-mode schedule and the novelty reward. Nothing here touches a model, an optimizer or a file."""
 
-from empo2_studio.algorithm.advantages import group_advantages
+from empo2_studio.algorithm.advantages import discounted_returns, group_advantages, step_advantages
 from empo2_studio.algorithm.losses import (
     LOSS_AGGS,
     LOW_PROB_RULES,
@@ -24,9 +24,11 @@ __all__ = [
     "aggregate",
     "clipped_surrogate_loss",
     "draw_update_mode",
+    "discounted_returns",
     "dropped_fraction",
     "group_advantages",
     "kl_penalty",
     "low_prob_mask",
+    "step_advantages",
     "tapered_off_policy_loss",
 ]

@@ -60,3 +60,70 @@ def group_advantages(returns: Tensor, eps: float = 1e-6) -> Tensor:
     adv = torch.where(constant, torch.zeros_like(adv), adv)
     return adv.to(returns.dtype) if returns.is_floating_point() else adv.to(torch.float32)
 
+
+
+def discounted_returns(rewards: Tensor, gamma: float) -> Tensor:
+    """Return-to-go of every step: G_t = Σ_{k ≥ t} γ^(k−t) r_k (GiGPO's step return, method.md §5).
+
+    Args:
+        rewards: (T,) per-step rewards of one episode (score points, plus any intrinsic bonus).
+        gamma: discount in [0, 1].
+
+    Returns:
+        (T,) float64 returns-to-go.
+
+    Raises:
+        ValueError: `rewards` is not 1-D or not finite, or `gamma` is outside [0, 1].
+    """
+    if rewards.dim() != 1:
+        raise ValueError(f"rewards must be a (T,) tensor, got shape {tuple(rewards.shape)}")
+    if not torch.isfinite(rewards).all():
+        raise ValueError(f"rewards must be finite, got {rewards.tolist()}")
+    if isinstance(gamma, bool) or not isinstance(gamma, (int, float)) or not 0.0 <= gamma <= 1.0:
+        raise ValueError(f"gamma must be a number in [0, 1], got {gamma!r}")
+    out = torch.zeros(rewards.shape[0], dtype=torch.float64)
+    running = 0.0
+    for t in range(rewards.shape[0] - 1, -1, -1):  # T ≤ a few dozen steps: a plain loop is clearest
+        running = float(rewards[t]) + gamma * running
+        out[t] = running
+    return out
+
+
+def step_advantages(states: list[list[object]], returns: list[Tensor], eps: float = 1e-6) -> list[Tensor]:
+    """Step-level relative advantages over anchor states (GiGPO, Feng et al. 2025; method.md §5).
+
+    Within one group (episodes played from the same start), every step taken from the same
+    environment state forms an anchor group, wherever in its episode it happened. Each step's
+    return-to-go is standardised within its anchor group exactly as `group_advantages` standardises
+    episode returns, so actions taken from the same state are compared with each other: in the trap,
+    "focus on the table" and "go to hallway" from the same kitchen, or the first move from the hallway.
+    A state seen once (no peer), or whose returns are all equal, gets advantage 0.
+
+    Args:
+        states: per episode, one hashable state key per step (the state the action was taken in).
+        returns: per episode, a (T_i,) tensor of returns-to-go (`discounted_returns`), T_i = len(states[i]).
+        eps: added to the anchor group's std (≥ 0).
+
+    Returns:
+        Per episode, (T_i,) float64 step advantages.
+
+    Raises:
+        ValueError: the lists differ in length, an episode's keys and returns differ in length, or a
+            value is not finite (from `group_advantages`).
+    """
+    if len(states) != len(returns):
+        raise ValueError(f"need one return row per episode, got {len(returns)} for {len(states)} episodes")
+    anchors: dict[object, list[tuple[int, int]]] = {}
+    for i, (keys, g) in enumerate(zip(states, returns)):
+        if len(keys) != g.shape[0]:
+            raise ValueError(f"episode {i}: {len(keys)} state keys but {g.shape[0]} returns")
+        for t, key in enumerate(keys):
+            anchors.setdefault(key, []).append((i, t))
+    out = [torch.zeros(g.shape[0], dtype=torch.float64) for g in returns]
+    for members in anchors.values():
+        if len(members) < 2:
+            continue
+        row = torch.tensor([[float(returns[i][t]) for i, t in members]], dtype=torch.float64)
+        for (i, t), a in zip(members, group_advantages(row, eps)[0].tolist()):
+            out[i][t] = a
+    return out

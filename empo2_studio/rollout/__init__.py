@@ -17,7 +17,14 @@ from empo2_studio.rollout.episodes import (
     with_tips_message,
     write_group_tips,
 )
-from empo2_studio.rollout.summary import episode_return, mean_score, sampling_seed, success_rate
+from empo2_studio.rollout.summary import (
+    episode_return,
+    mean_score,
+    sampling_seed,
+    state_keys,
+    step_rewards,
+    success_rate,
+)
 
 __all__ = [
     "Timings",
@@ -29,6 +36,8 @@ __all__ = [
     "play_side_by_side",
     "sampling_seed",
     "seed_policy",
+    "state_keys",
+    "step_rewards",
     "success_rate",
     "with_tips_message",
     "write_group_tips",
