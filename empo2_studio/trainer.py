@@ -37,19 +37,8 @@ from empo2_studio import evaluation
 from empo2_studio.algorithm import NoveltyMemory, discounted_returns, group_advantages, step_advantages
 from empo2_studio.config import RunConfig
 from empo2_studio.envs import EnvPool
-from empo2_studio.rollout import (
-    Timings,
-    draw_update_mode,
-    episode_return,
-    mean_score,
-    play_group,
-    sampling_seed,
-    seed_policy,
-    state_keys,
-    step_rewards,
-    success_rate,
-    write_group_tips,
-)
+from empo2_studio.rollout import (Timings, draw_update_mode, episode_return, mean_score, play_group, sampling_seed,
+                                   seed_policy, state_keys, step_rewards, success_rate, write_group_tips)  # fmt: skip
 from empo2_studio.types import UPDATE_MODES, Episode, IterationReport, UpdateMode, rollout_mode_of
 from empo2_studio.update import UpdateSettings, policy_update
 
