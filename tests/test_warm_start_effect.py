@@ -51,3 +51,33 @@ def test_a_correct_note_is_followed_and_without_it_the_trap_traps(policy, task, 
     # measured 0.95 / 0.99 with the note, 0.03 / 0.05 without (the reflex: "go to kitchen", the first door)
     assert with_tip[gold] >= 0.8
     assert without[gold] <= 0.2 and max(without, key=without.get) != gold
+
+
+def test_choice_probs_script_both_normalisations_and_the_trap_in_the_target_room(policy):
+    """scripts/choice_probs.py: token-level probabilities over the valid actions sum to 1, whole-action
+    probabilities of the free model to less; in the bulb's room the warm start does not focus on it
+    under either (measured 0.000 / 0.000 on variation 36; the README's label-bias table)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "choice_probs.py"
+    spec = importlib.util.spec_from_file_location("choice_probs", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    env = TrapEnv()
+    obs = env.reset("trap-light-bulb", 36)
+    fmt = policy.chat_format
+    room, focus = env.gold_path("trap-light-bulb", 36)[:2]
+    first = prompts.first_user_message("trap", obs, ())
+    turns = [Turn(first, fmt.encode(room) + (fmt.eot_id,), obs.valid_actions)]
+    obs = env.step(room).observation
+    user = prompts.step_user_message(obs, "trap")
+    actions = obs.valid_actions
+    tok = mod.action_logprobs(policy, turns, user, actions, 0.4, "constrained")
+    free = mod.action_logprobs(policy, turns, user, actions, 0.4, "free")
+    assert policy.decoding == "constrained"  # restored
+    assert sum(math.exp(t) for t in tok) == pytest.approx(1.0, abs=1e-3)
+    assert sum(math.exp(f) for f in free) < 1.0
+    z = math.log(sum(math.exp(f) for f in free))
+    i = actions.index(focus)
+    assert math.exp(tok[i]) < 0.05 and math.exp(free[i] - z) < 0.05
