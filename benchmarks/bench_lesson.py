@@ -50,7 +50,7 @@ from empo2_studio.types import RetrievedTip  # noqa: E402
 
 
 def rss_gb() -> float:
-    """Peak resident set size of this process so far, GB (Linux reports KiB)."""
+    """Peak resident set size of this process so far, GiB (Linux reports KiB)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
 
 
@@ -282,7 +282,7 @@ def part_speed(args, policy, embedder, root: Path, warm: list[torch.Tensor]) -> 
         f"### Speed: {task}, group 8, step limit {args.step_limit}, CPU float32 matmul {gflops:.0f} GFLOP/s, "
         f"{params / 1e6:.0f} M parameters",
         "",
-        "| update mode | total s | " + " | ".join(f"{p} s" for p in phases) + " | trained tokens | fwd+bwd tokens/s | vs CPU limit | peak RSS GB |",
+        "| update mode | total s | " + " | ".join(f"{p} s" for p in phases) + " | trained tokens | fwd+bwd tokens/s | vs CPU limit | peak RSS GiB |",
         "|---|---|" + "---|" * len(phases) + "---|---|---|---|",
     ]
     out: dict = {}

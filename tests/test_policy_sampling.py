@@ -189,3 +189,41 @@ def test_constrained_batch_yields_only_valid_actions_and_rescored_logprobs():
         scored = policy.score(convs)
     for s, per_turn in zip(samples, scored):
         torch.testing.assert_close(per_turn[-1], torch.tensor(s.logprobs), atol=1e-5, rtol=0)
+
+
+def test_batch_state_release_copies_the_same_tensors_and_frees_the_originals():
+    """`BatchState(release=True)` (what sampling uses) builds the batch `release=False` builds, and
+    leaves no episode holding its own copy: the caches are never held twice."""
+    import copy
+
+    from empo2_studio.policy.sampling import BatchState
+
+    policy = build_tiny_policy("constrained", seed=3)
+    reqs = _uneven_requests(policy, {"a": 0, "bb": 2, "ccc": 1})
+    prompts = [policy.prompt_ids(list(r.turns)) for r in reqs]
+    states = policy.sampler.prepare([r.key for r in reqs], prompts)
+    kept = BatchState(copy.deepcopy(states), range(3), None)
+    released = BatchState(states, range(3), None, release=True)
+    assert all(st.cache is None for st in states)
+    assert torch.equal(kept.mask, released.mask) and torch.equal(kept.pos, released.pos)
+    for a, b in zip(kept.cache.layers, released.cache.layers, strict=True):
+        assert torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values)
+
+
+def test_a_failed_batch_forgets_its_episodes(monkeypatch):
+    """Their caches went into the batch: a failure mid-decoding must not leave states without one."""
+    policy = build_tiny_policy("constrained", seed=4)
+    reqs = _uneven_requests(policy, {"a": 1, "bb": 2})
+    policy.sample(reqs, temperature=0)
+    assert set(policy.sampler.states) == {"a", "bb"}
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("interrupted")
+
+    monkeypatch.setattr(policy.sampler, "_decode_batch", boom)
+    with pytest.raises(RuntimeError, match="interrupted"):
+        policy.sample(_uneven_requests(policy, {"a": 2, "bb": 3}), temperature=0)
+    assert not policy.sampler.states
+    monkeypatch.undo()
+    got = policy.sample(_uneven_requests(policy, {"a": 2, "bb": 3}), temperature=0)  # starts afresh
+    assert all(g.token_ids for g in got)
