@@ -191,23 +191,23 @@ def test_constrained_batch_yields_only_valid_actions_and_rescored_logprobs():
         torch.testing.assert_close(per_turn[-1], torch.tensor(s.logprobs), atol=1e-5, rtol=0)
 
 
-def test_batch_state_release_copies_the_same_tensors_and_frees_the_originals():
-    """`BatchState(release=True)` (what sampling uses) builds the batch `release=False` builds, and
-    leaves no episode holding its own copy: the caches are never held twice."""
-    import copy
-
-    from empo2_studio.policy.sampling import BatchState
-
+def test_episode_caches_are_not_held_twice_while_a_batch_decodes(monkeypatch):
+    """The batch holds a padded copy of every episode's cache: while it decodes, no episode keeps its
+    own (they were held twice, the peak of writing tips); afterwards each has its cache back."""
     policy = build_tiny_policy("constrained", seed=3)
-    reqs = _uneven_requests(policy, {"a": 0, "bb": 2, "ccc": 1})
-    prompts = [policy.prompt_ids(list(r.turns)) for r in reqs]
-    states = policy.sampler.prepare([r.key for r in reqs], prompts)
-    kept = BatchState(copy.deepcopy(states), range(3), None)
-    released = BatchState(states, range(3), None, release=True)
-    assert all(st.cache is None for st in states)
-    assert torch.equal(kept.mask, released.mask) and torch.equal(kept.pos, released.pos)
-    for a, b in zip(kept.cache.layers, released.cache.layers, strict=True):
-        assert torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values)
+    policy.sample(_uneven_requests(policy, {"a": 1, "bb": 2, "ccc": 0}), temperature=0)
+    seen = []
+    decode = policy.sampler._decode_batch
+
+    def spy(batch, states, *args):
+        seen.append([st.cache for st in states])
+        return decode(batch, states, *args)
+
+    monkeypatch.setattr(policy.sampler, "_decode_batch", spy)
+    policy.sample(_uneven_requests(policy, {"a": 2, "bb": 3, "ccc": 1}), temperature=0)
+    assert seen == [[None, None, None]]
+    for key, st in policy.sampler.states.items():
+        assert st.cache.get_seq_length() == len(st.ids) > 0, key
 
 
 def test_a_failed_batch_forgets_its_episodes(monkeypatch):
