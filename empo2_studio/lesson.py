@@ -216,7 +216,15 @@ class Lesson:
 
     # ---- stages ---------------------------------------------------------------------------------
     def naive(self, stop: threading.Event | None = None, progress: Progress | None = None) -> StageResult:
-        """Stage 1: naive episodes (no tips) with the current weights."""
+        """Stage 1: naive episodes (no tips) with the current weights.
+
+        Raises ValueError once this session's weights are distilled: stage 1 is the baseline the
+        lesson compares against, and replaying it on distilled weights would overwrite it."""
+        if "distill" in results_from_metrics(self.trainer.session.metrics(), self.settings.task):
+            raise ValueError(
+                "this lesson's weights are already distilled, so stage 1 would no longer show the naive "
+                "baseline: play 5 · naive again to measure them, or Play the lesson to start a new lesson"
+            )
         return self._play("naive", "naive", stop, progress)
 
     def add_tips(self, texts_by_variation: Mapping[int, str] | None = None) -> StageResult:
@@ -420,6 +428,8 @@ class Lesson:
             if result.steps:
                 last = result.steps[-1]
                 row.update({k: v for k, v in last.items() if k != "step"})
+            for k, step in enumerate(result.steps, 1):  # every step, so a reloaded page shows them all
+                row.update({f"lesson/step{k}/{key}": v for key, v in step.items() if key != "step"})
         elif result.stage == "tips":
             row["lesson/tips"] = float(len(result.tips))
         self.trainer.session.append_metrics(row)
@@ -427,8 +437,7 @@ class Lesson:
 
 def results_from_metrics(rows: Sequence[Mapping[str, Any]], task: str) -> dict[str, StageResult]:
     """The latest result of each playing / distill stage of `task`, rebuilt from a session's
-    `kind: lesson` metrics rows (what a reloaded page shows). Episode ids and distill steps other
-    than the last are not in the rows."""
+    `kind: lesson` metrics rows (what a reloaded page shows). Episode ids are not in the rows."""
     out: dict[str, StageResult] = {}
     for row in rows:
         if row.get("kind") != "lesson" or row.get("lesson/task") != task:
@@ -445,10 +454,14 @@ def results_from_metrics(rows: Sequence[Mapping[str, Any]], task: str) -> dict[s
             out[stage] = StageResult(stage, rows=tuple(vrows), seconds=float(row.get("time/stage", 0.0)),
                                      stopped=bool(row.get("lesson/stopped")))  # fmt: skip
         elif stage == "distill":
-            last = {k: float(row[k]) for k in ("loss/policy", "train/no_signal") if isinstance(row.get(k), (int, float))}
             n = int(row.get("lesson/distill_steps", 0))
+            steps = [{"step": float(k), **{key[len(f"lesson/step{k}/"):]: float(v) for key, v in row.items()
+                                            if key.startswith(f"lesson/step{k}/")}} for k in range(1, n + 1)]  # fmt: skip
+            if n and len(steps[-1]) == 1:  # a row written before every step was recorded: the last step only
+                steps = [{"step": float(n), **{k: float(row[k]) for k in ("loss/policy", "grad/norm", "train/no_signal")
+                                               if isinstance(row.get(k), (int, float))}}]  # fmt: skip
             out[stage] = StageResult(stage, seconds=float(row.get("time/stage", 0.0)), stopped=bool(row.get("lesson/stopped")),
-                                     steps=({"step": float(n), **last},) if n else ())  # fmt: skip
+                                     steps=tuple(steps))  # fmt: skip
     return out
 
 

@@ -275,6 +275,28 @@ def test_a_session_switch_refreshes_every_tab_by_component(studio):
 
 
 # ---- tips tab --------------------------------------------------------------------------------------
+def test_add_tip_refuses_a_partition_no_episode_can_retrieve_and_stores_nothing(studio):
+    """Unknown task, a variation outside the task's 48 (trap: 0–47), a fractional or negative one:
+    each refused with the bad value and the valid ones named; nothing stored. A bad variation filter
+    gets a message, not Python's int() text."""
+    before = len(studio.store(RUN).list_tips())
+    cases = [
+        ("no-such-task", 0, "unknown trap task 'no-such-task'; valid tasks: trap-light-bulb, trap-find-animal, trap-water-plant"),
+        (TASK, 99999, "trap-light-bulb has no variation 99999; valid: 0–47"),
+        (TASK, 1.5, "the variation must be a whole number ≥ 0, got 1.5"),
+        (TASK, -1, "the variation must be a whole number ≥ 0, got -1"),
+    ]
+    for task, variation, message in cases:
+        with pytest.raises(gr.Error) as err:
+            th.add_tip(studio, RUN, task, variation, "a tip that must not be stored", 10)
+        assert message in str(err.value.message)
+    assert len(studio.store(RUN).list_tips()) == before
+    assert "added tip" in th.add_tip(studio, RUN, TASK, 47.0, "the last variation is fine", 10)
+    with pytest.raises(gr.Error, match="the Variation filter must be a whole number ≥ 0, got 'abc'"):
+        th.list_tips(studio, RUN, TASK, "abc", th.ALL, th.ALL, "")
+    studio.store(RUN).delete([t.tip_id for t in studio.store(RUN).list_tips(variation=47)])
+
+
 def test_tip_curation_round_trip(studio, tmp_path):
     assert "added tip" in th.add_tip(studio, RUN, TASK, 7, "press the switch before looking", 40)
     frame, _, status = th.list_tips(studio, RUN, TASK, "7", th.ALL, th.ALL, "")

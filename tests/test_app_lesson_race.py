@@ -71,7 +71,12 @@ def test_play_the_lesson_end_to_end(studio):
     assert run_id in opened[0] and [row[:2] for row in _value(opened[5])] == [[0, 2]]
 
     # Play again: the played session is kept, a new one starts from untrained weights
-    job_id2, *_, run_id2, _ = ls.start_lesson(studio, "naive", TASK, ["0"], 2, 1, curated_tip(TASK, 0), "", "", "")
+    # stage 1 again on distilled weights would overwrite the baseline: refused, nothing played
+    job_id1, *_ = ls.start_lesson(studio, "naive", TASK, ["0"], 2, 1, curated_tip(TASK, 0), "", "", "")
+    job1 = studio.jobs.wait(job_id1, 300)
+    assert job1.status == "failed" and "already distilled" in job1.error
+    assert len(studio.session(run_id).episodes()) == 6
+    job_id2, *_, run_id2, _ = ls.start_lesson(studio, "naive_again", TASK, ["0"], 2, 1, curated_tip(TASK, 0), "", "", "")
     assert run_id2 == run_id  # a single stage continues the current lesson session
     studio.jobs.wait(job_id2, 300)
     assert len(studio.session(run_id).episodes()) == 8

@@ -90,6 +90,10 @@ def test_the_five_stages(trainer):
     rebuilt = results_from_metrics(session.metrics(), TASK)
     assert set(rebuilt) == {"naive", "memory", "distill", "naive_again"}
     assert rebuilt["naive"].rows == naive.rows and rebuilt["naive_again"].rows == again.rows
+    assert rebuilt["distill"].steps == distill.steps  # every step, as played (a reload showed the last only)
+    with pytest.raises(ValueError, match="already distilled"):  # stage 1 is the baseline: kept
+        lesson.naive()
+    assert [r["lesson/stage"] for r in session.metrics() if r.get("kind") == "lesson"] == list(STAGES)
 
 
 def test_tips_replace_the_earlier_lesson_tip_and_keep_duplicates(trainer):

@@ -17,6 +17,7 @@ import gradio as gr
 import pandas as pd
 
 from empo2_studio.app.handlers import user_errors
+from empo2_studio.envs import make_env
 
 COLUMNS = ["id", "task", "variation", "text", "score", "enabled", "origin", "edited", "similarity"]
 DATATYPES = ["str", "str", "number", "str", "number", "bool", "str", "bool", "str"]
@@ -34,12 +35,39 @@ def _frame(rows: Sequence[tuple[Any, float | None]]) -> pd.DataFrame:
     return pd.DataFrame(data, columns=COLUMNS)
 
 
+def _whole_number(value: Any, what: str) -> int:
+    """`value` (a number or its text) as an int ≥ 0; ValueError naming it otherwise (1.5 is not rounded)."""
+    try:
+        number = float(str(value).strip())
+    except ValueError:
+        raise ValueError(f"{what} must be a whole number ≥ 0, got {value!r}") from None
+    if not number.is_integer() or number < 0:
+        raise ValueError(f"{what} must be a whole number ≥ 0, got {value!r}")
+    return int(number)
+
+
+def _check_partition(studio: Any, run_id: str, task: str, variation: Any) -> int:
+    """The variation as an int once (task, variation) is checked against the session's environment, so
+    a tip is never stored where no episode can retrieve it. ValueError names the valid tasks / range."""
+    number = _whole_number(variation, "the variation")
+    env = make_env(studio.session(run_id).config.env)  # the catalogue only: no JVM starts
+    try:
+        if task not in env.task_names():
+            raise ValueError(f"unknown {env.name} task {task!r}; valid tasks: {', '.join(env.task_names())}")
+        valid = sorted({v for split in ("train", "dev", "test") for v in env.variations(task, split)})
+    finally:
+        env.close()
+    if number not in valid:
+        raise ValueError(f"{task} has no variation {number}; valid: {valid[0]}–{valid[-1]}")
+    return number
+
+
 def _filters(task: str | None, variation: Any, origin: str | None, enabled: str | None, contains: str | None) -> dict:
     out: dict[str, Any] = {}
     if task and task != ALL:
         out["task"] = task
     if variation not in (None, "", ALL):
-        out["variation"] = int(variation)
+        out["variation"] = _whole_number(variation, "the Variation filter")
     if origin and origin != ALL:
         out["origin"] = origin
     if enabled and enabled != ALL:
@@ -144,7 +172,8 @@ def add_tip(studio: Any, run_id: str, task: str, variation: Any, text: str, scor
     task = (task or "").strip() or studio.session(run_id).config.env.task
     if variation in (None, ""):
         raise ValueError("give the variation the tip belongs to (an integer ≥ 0)")
-    tip = studio.store(run_id).add_tip(task, int(variation), text, score=float(score or 0.0))
+    variation = _check_partition(studio, run_id, task, variation)
+    tip = studio.store(run_id).add_tip(task, variation, text, score=float(score or 0.0))
     return f"added tip {tip.tip_id[:8]} to ({tip.task}, {tip.variation})"
 
 
