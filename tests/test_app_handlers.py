@@ -274,6 +274,18 @@ def test_a_session_switch_refreshes_every_tab_by_component(studio):
         layout.page_refresh([(lambda rid: {group: 1}, [group, limit])])[0](RUN)
 
 
+def test_whole_number_reads_form_values_and_names_every_bad_one():
+    assert [h.whole_number(v, "x") for v in (3, 3.0, "4", " 5 ", "6.0")] == [3, 3, 4, 5, 6]
+    assert h.whole_number(0, "x", 0) == 0
+    for value, message in [(None, "x is empty; enter a whole number ≥ 1"), ("  ", "x is empty; enter a whole number ≥ 1"),
+                           ("abc", "x must be a whole number ≥ 1, got 'abc'"), (1.5, "x must be a whole number ≥ 1, got 1.5"),
+                           (0, "x must be a whole number ≥ 1, got 0"), ("nan", "x must be a whole number ≥ 1, got 'nan'"),
+                           (float("inf"), "x must be a whole number ≥ 1, got inf")]:  # fmt: skip
+        with pytest.raises(ValueError) as err:
+            h.whole_number(value, "x", 1)
+        assert str(err.value) == message
+
+
 # ---- tips tab --------------------------------------------------------------------------------------
 def test_add_tip_refuses_a_partition_no_episode_can_retrieve_and_stores_nothing(studio):
     """Unknown task, a variation outside the task's 48 (trap: 0–47), a fractional or negative one:

@@ -61,7 +61,6 @@ def group_advantages(returns: Tensor, eps: float = 1e-6) -> Tensor:
     return adv.to(returns.dtype) if returns.is_floating_point() else adv.to(torch.float32)
 
 
-
 def discounted_returns(rewards: Tensor, gamma: float) -> Tensor:
     """Return-to-go of every step: G_t = Σ_{k ≥ t} γ^(k−t) r_k (GiGPO's step return, method.md §5).
 

@@ -10,6 +10,7 @@ is changed in that case.
 from __future__ import annotations
 
 import functools
+import math
 import time
 from dataclasses import replace
 from typing import Any, Callable, Sequence
@@ -23,6 +24,21 @@ from empo2_studio.config import RunConfig
 
 SPLITS = ("train", "dev", "test")
 MAX_VARIATION_CHOICES = 200
+
+
+def whole_number(value: Any, what: str, minimum: int | None = None) -> int:
+    """A form value (a number, or its text) as an int. ValueError naming `what` and the value when it
+    is empty, not a number, fractional (1.5 is not rounded) or below `minimum`."""
+    bound = "" if minimum is None else f" ≥ {minimum}"
+    if value is None or not str(value).strip():
+        raise ValueError(f"{what} is empty; enter a whole number{bound}")
+    try:
+        number = float(str(value).strip())
+    except ValueError:
+        number = math.nan
+    if not number.is_integer() or (minimum is not None and number < minimum):
+        raise ValueError(f"{what} must be a whole number{bound}, got {value!r}")
+    return int(number)
 
 
 def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:

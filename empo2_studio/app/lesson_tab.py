@@ -23,7 +23,7 @@ import gradio as gr
 
 from empo2_studio.app import charts
 from empo2_studio.app import job_panel as jp
-from empo2_studio.app.handlers import user_errors
+from empo2_studio.app.handlers import user_errors, whole_number
 from empo2_studio.app.job_panel import JobPanel
 from empo2_studio.app.jobs import Job
 from empo2_studio.config import EnvConfig, RunConfig
@@ -106,22 +106,13 @@ def parse_variations(value: Any) -> tuple[int, ...]:
     return tuple(out)
 
 
-def _whole(value: Any, what: str) -> int:
-    if value is None or (isinstance(value, str) and not value.strip()):
-        raise ValueError(f"{what} is empty; enter a whole number")
-    number = float(value)
-    if number != int(number):
-        raise ValueError(f"{what} must be a whole number, got {value!r}")
-    return int(number)
-
-
 def settings_from_form(task: str, variations: Any, episodes: Any, distill_steps: Any) -> LessonSettings:
     """Validated `LessonSettings` from the form; ValueError names a bad value."""
     vs = parse_variations(variations)
     if len(vs) > MAX_TIP_BOXES:
         raise ValueError(f"the lesson plays at most {MAX_TIP_BOXES} variations at once, got {len(vs)}")
-    return LessonSettings(task=task, variations=vs, episodes=_whole(episodes, "episodes per variation"),
-                          distill_steps=_whole(distill_steps, "distill steps")).validate()  # fmt: skip
+    return LessonSettings(task=task, variations=vs, episodes=whole_number(episodes, "episodes per variation"),
+                          distill_steps=whole_number(distill_steps, "distill steps")).validate()  # fmt: skip
 
 
 def tip_boxes(task: str | None, variations: Any) -> list[Any]:

@@ -17,7 +17,7 @@ import pandas as pd
 
 from empo2_studio.app import charts
 from empo2_studio.app import job_panel as jp
-from empo2_studio.app.handlers import user_errors
+from empo2_studio.app.handlers import user_errors, whole_number
 from empo2_studio.app.job_panel import JobPanel
 from empo2_studio.app.jobs import Job
 from empo2_studio.race import ARM_LABELS, ARMS, Race, arm_rows_summary, lora_state
@@ -26,23 +26,14 @@ JOB_KIND = "race"
 TABLE_HEADERS = ["iteration", "arm", "update mode", "success rate", "mean score", "seconds"]
 
 
-def _whole(value: Any, what: str, low: int) -> int:
-    if value is None or (isinstance(value, str) and not value.strip()):
-        raise ValueError(f"{what} is empty; enter a whole number ≥ {low}")
-    number = float(value)
-    if number != int(number) or number < low:
-        raise ValueError(f"{what} must be a whole number ≥ {low}, got {value!r}")
-    return int(number)
-
-
 def race_config(studio: Any, run_id: str, iterations: Any, group_size: Any, step_limit: Any) -> Any:
     """The EMPO² arm's config: the session's, with the form's group size, step limit and iterations
     (a blank step limit keeps the session's). ValueError names a bad value."""
     cfg = studio.session(run_id).config
-    limit = cfg.env.step_limit if step_limit in (None, "") else _whole(step_limit, "step limit", 1)
+    limit = cfg.env.step_limit if step_limit in (None, "") else whole_number(step_limit, "step limit", 1)
     return cfg.with_overrides(
-        rollout={"group_size": _whole(group_size, "group size", 2)}, env={"step_limit": limit},
-        train={"iterations": _whole(iterations, "iterations", 1)},
+        rollout={"group_size": whole_number(group_size, "group size", 2)}, env={"step_limit": limit},
+        train={"iterations": whole_number(iterations, "iterations", 1)},
     ).validate()  # fmt: skip
 
 

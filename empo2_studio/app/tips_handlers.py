@@ -16,7 +16,7 @@ from typing import Any, Sequence
 import gradio as gr
 import pandas as pd
 
-from empo2_studio.app.handlers import user_errors
+from empo2_studio.app.handlers import user_errors, whole_number
 from empo2_studio.envs import make_env
 
 COLUMNS = ["id", "task", "variation", "text", "score", "enabled", "origin", "edited", "similarity"]
@@ -35,21 +35,10 @@ def _frame(rows: Sequence[tuple[Any, float | None]]) -> pd.DataFrame:
     return pd.DataFrame(data, columns=COLUMNS)
 
 
-def _whole_number(value: Any, what: str) -> int:
-    """`value` (a number or its text) as an int ≥ 0; ValueError naming it otherwise (1.5 is not rounded)."""
-    try:
-        number = float(str(value).strip())
-    except ValueError:
-        raise ValueError(f"{what} must be a whole number ≥ 0, got {value!r}") from None
-    if not number.is_integer() or number < 0:
-        raise ValueError(f"{what} must be a whole number ≥ 0, got {value!r}")
-    return int(number)
-
-
 def _check_partition(studio: Any, run_id: str, task: str, variation: Any) -> int:
     """The variation as an int once (task, variation) is checked against the session's environment, so
     a tip is never stored where no episode can retrieve it. ValueError names the valid tasks / range."""
-    number = _whole_number(variation, "the variation")
+    number = whole_number(variation, "the variation", 0)
     env = make_env(studio.session(run_id).config.env)  # the catalogue only: no JVM starts
     try:
         if task not in env.task_names():
@@ -67,7 +56,7 @@ def _filters(task: str | None, variation: Any, origin: str | None, enabled: str 
     if task and task != ALL:
         out["task"] = task
     if variation not in (None, "", ALL):
-        out["variation"] = _whole_number(variation, "the Variation filter")
+        out["variation"] = whole_number(variation, "the Variation filter", 0)
     if origin and origin != ALL:
         out["origin"] = origin
     if enabled and enabled != ALL:
