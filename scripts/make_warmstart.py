@@ -175,7 +175,8 @@ def main(argv: list[str] | None = None) -> int:
     policy = load_policy(PolicyConfig(quantization="none", warm_start="none", lora_layers=args.last_layers))
     fmt = policy.chat_format
     env = TrapEnv()
-    layouts = [(t, v) for t in TASKS for v in env.variations(t, "dev")]
+    # The search family's dev layouts only (what the shipped adapter saw): no fixed-family layout.
+    layouts = [(t, v) for t in TASKS if TASKS[t].family == "search" for v in env.variations(t, "dev")]
     opt = torch.optim.AdamW(policy.trainable_parameters(), lr=args.lr, weight_decay=0.0)
     history: list[dict[str, float]] = []
     t0 = time.time()

@@ -19,8 +19,12 @@ def play(env, task, variation, actions):
     return [env.step(a) for a in actions]
 
 
-def test_three_tasks_and_disjoint_splits(env):
-    assert env.task_names() == ("trap-light-bulb", "trap-find-animal", "trap-water-plant")
+def test_six_tasks_in_two_families_and_disjoint_splits(env):
+    assert env.task_names() == (
+        "trap-light-bulb", "trap-find-animal", "trap-water-plant",
+        "trap-light-bulb-fixed", "trap-find-animal-fixed", "trap-water-plant-fixed",
+    )
+    assert [env.family(t) for t in env.task_names()] == ["search"] * 3 + ["fixed"] * 3
     for task in env.task_names():
         train, dev, test = (set(env.variations(task, s)) for s in ("train", "dev", "test"))
         assert (len(train), len(dev), len(test)) == (24, 12, 12)

@@ -15,139 +15,45 @@ state, so the order of milestones does not matter:
   focusing on the flower, +25 once the focused flower is watered.
 Focusing on anything but the target sets the score to −100 and ends the episode.
 
-Variations: per task 48 distinct layouts (target room × target colour/animal × decoy placement),
-shuffled once with a fixed seed; indices 0–23 are train, 24–35 dev, 36–47 test (disjoint).
+Two families of these tasks (the world and its layouts: `envs.trap_world`): the *search* family
+(`trap-light-bulb`, `trap-find-animal`, `trap-water-plant`, the env's default) hides each layout's
+target in any side room, so test layouts put it where training never did; the *fixed* family
+(`trap-light-bulb-fixed`, `trap-find-animal-fixed`, `trap-water-plant-fixed`) keeps it in one room per
+task, as the paper's ScienceWorld variations keep their parts in one place, and varies which target,
+which decoys and where they stand. A family is chosen by the task name (`--env.task`).
 
-Over 400 lines because the world (rooms, objects, three tasks), its layouts and its curated tips are
-one table-driven definition.
+Variations: per task 48 distinct layouts, shuffled once with a fixed seed; indices 0–23 are train,
+24–35 dev, 36–47 test (disjoint).
 """
 
 from __future__ import annotations
 
-import itertools
 import numbers
-import random
-from collections import deque
 from dataclasses import dataclass, field
 
 from empo2_studio.envs.actions import correct_action
+from empo2_studio.envs.trap_world import (
+    CAN,
+    DOORS,
+    FAMILIES,
+    FURNITURE,
+    N_LAYOUTS,
+    N_PER_SPLIT,
+    SIDE_ROOMS,
+    SPLIT_START,
+    START_ROOM,
+    TASKS,
+    Layout,
+    TaskSpec,
+    layouts,
+    route,
+)
 from empo2_studio.types import Observation, Split, StepResult
 
-START_ROOM = "hallway"
-SIDE_ROOMS = ("kitchen", "workshop", "greenhouse", "bedroom")
-DOORS = {
-    "hallway": ("kitchen", "workshop", "greenhouse", "bedroom"),
-    "kitchen": ("hallway", "workshop"),
-    "workshop": ("hallway", "kitchen"),
-    "greenhouse": ("hallway", "bedroom"),
-    "bedroom": ("hallway", "greenhouse"),
-}
-"""Rooms and the doors between them: the hallway reaches every room, side rooms come in pairs."""
-FURNITURE = {
-    "hallway": "coat rack",
-    "kitchen": "table",
-    "workshop": "workbench",
-    "greenhouse": "bench",
-    "bedroom": "bed",
-}
-CAN = "watering can"
-
-_N_PER_SPLIT = {"train": 24, "dev": 12, "test": 12}
-_SPLIT_START = {"train": 0, "dev": 24, "test": 36}
-
-
-@dataclass(frozen=True)
-class _TaskSpec:
-    attrs: tuple[str, ...]
-    """The four values a variation's target is drawn from (colours or animals)."""
-    noun: str
-    """Object name template, "{}" is the attribute."""
-    verb: str
-    """The finishing action ("turn on", "pick up", "water")."""
-    description: str
-    step_limit: int
-
-
-TASKS: dict[str, _TaskSpec] = {
-    "trap-light-bulb": _TaskSpec(
-        attrs=("red", "blue", "green", "yellow"),
-        noun="{} light bulb",
-        verb="turn on",
-        description="Your task is to turn on the {t}. First, focus on the {t}. Then, turn it on.",
-        step_limit=12,
-    ),
-    "trap-find-animal": _TaskSpec(
-        attrs=("frog", "turtle", "rabbit", "parrot"),
-        noun="{}",
-        verb="pick up",
-        description="Your task is to find the {t}. First, focus on the {t}. Then, pick it up.",
-        step_limit=12,
-    ),
-    "trap-water-plant": _TaskSpec(
-        attrs=("red", "blue", "yellow", "purple"),
-        noun="{} flower",
-        verb="water",
-        description=(
-            "Your task is to water the {t}. First, focus on the {t}. "
-            "Then, water it with the watering can."
-        ),
-        step_limit=15,
-    ),
-}
-
-
-@dataclass(frozen=True)
-class Layout:
-    """One variation: where every object starts (object name → room)."""
-
-    task: str
-    target: str
-    target_room: str
-    objects: dict[str, str]
-
-
-def _layouts(task: str) -> list[Layout]:
-    spec = TASKS[task]
-    combos = list(itertools.product(range(4), range(4), range(3)))
-    # A fixed string seed: the same order on every machine and Python version.
-    random.Random(f"trap:{task}").shuffle(combos)
-    return [_layout(task, spec, r, a, k) for r, a, k in combos]
-
-
-def _layout(task: str, spec: _TaskSpec, room_i: int, attr_i: int, variant: int) -> Layout:
-    target_room = SIDE_ROOMS[room_i]
-    target = spec.noun.format(spec.attrs[attr_i])
-    decoys = [spec.noun.format(a) for j, a in enumerate(spec.attrs) if j != attr_i]
-    # The hallway always holds two look-alikes (the reflex trap); the third goes to the target
-    # room (variant 0) or to another side room.
-    away = decoys.pop(variant)
-    away_room = target_room if variant == 0 else SIDE_ROOMS[(room_i + variant) % 4]
-    objects = {FURNITURE[r]: r for r in DOORS}
-    objects.update({d: START_ROOM for d in decoys})
-    objects[away] = away_room
-    objects[target] = target_room
-    if task == "trap-find-animal":
-        objects[f"toy {target}"] = START_ROOM
-    if task == "trap-water-plant":
-        objects[CAN] = (START_ROOM, target_room, SIDE_ROOMS[(room_i + 2) % 4])[variant]
-    return Layout(task, target, target_room, objects)
-
-
-def _route(start: str, goal: str) -> list[str]:
-    """Shortest list of rooms to walk through from `start` to `goal` (excluding `start`)."""
-    prev: dict[str, str | None] = {start: None}
-    queue = deque([start])
-    while queue:
-        room = queue.popleft()
-        for nxt in DOORS[room]:
-            if nxt not in prev:
-                prev[nxt] = room
-                queue.append(nxt)
-    path, room = [], goal
-    while room != start:
-        path.append(room)
-        room = prev[room]  # type: ignore[assignment]
-    return path[::-1]
+_route = route  # the name scripts/make_warmstart.py imports
+__all__ = [
+    "CAN", "DOORS", "FAMILIES", "FURNITURE", "SIDE_ROOMS", "START_ROOM", "TASKS", "Layout", "TaskSpec", "TrapEnv",
+]
 
 
 @dataclass
@@ -179,24 +85,28 @@ class TrapEnv:
         if step_limit is not None and step_limit < 1:
             raise ValueError(f"step_limit must be ≥ 1 or None, got {step_limit!r}")
         self._step_limit = step_limit
-        self._layouts = {t: _layouts(t) for t in TASKS}
+        self._layouts = {t: layouts(t) for t in TASKS}
         self._state: _State | None = None
 
     # ---- catalogue -------------------------------------------------------------------------
     def task_names(self) -> tuple[str, ...]:
         return tuple(TASKS)
 
-    def _check_task(self, task: str) -> _TaskSpec:
+    def _check_task(self, task: str) -> TaskSpec:
         if task not in TASKS:
             raise ValueError(f"unknown trap task {task!r}; valid tasks: {', '.join(TASKS)}")
         return TASKS[task]
 
+    def family(self, task: str) -> str:
+        """"search" or "fixed": the family `task` belongs to (module docstring); ValueError if unknown."""
+        return self._check_task(task).family
+
     def variations(self, task: str, split: Split) -> tuple[int, ...]:
         self._check_task(task)
-        if split not in _SPLIT_START:
+        if split not in SPLIT_START:
             raise ValueError(f"unknown split {split!r}; valid splits: train, dev, test")
-        start = _SPLIT_START[split]
-        return tuple(range(start, start + _N_PER_SPLIT[split]))
+        start = SPLIT_START[split]
+        return tuple(range(start, start + N_PER_SPLIT[split]))
 
     def step_limit(self, task: str) -> int:
         spec = self._check_task(task)
@@ -205,7 +115,7 @@ class TrapEnv:
     def layout(self, task: str, variation: int) -> Layout:
         """Where everything is in `task` at `variation` (for tests and the UI, not the agent)."""
         self._check_task(task)
-        n = len(self._layouts[task])
+        n = N_LAYOUTS
         if isinstance(variation, bool) or not isinstance(variation, numbers.Integral):
             raise ValueError(
                 f"variation must be an int in 0–{n - 1} (train 0–23, dev 24–35, test 36–47), "
@@ -227,12 +137,12 @@ class TrapEnv:
         lay = self.layout(task, variation)
         spec = TASKS[task]
         actions, room = [], START_ROOM
-        if task == "trap-water-plant":
+        if spec.kind == "water-plant":
             can_room = lay.objects[CAN]
-            actions += [f"go to {r}" for r in _route(room, can_room)]
+            actions += [f"go to {r}" for r in route(room, can_room)]
             actions.append(f"pick up {CAN}")
             room = can_room
-        actions += [f"go to {r}" for r in _route(room, lay.target_room)]
+        actions += [f"go to {r}" for r in route(room, lay.target_room)]
         actions += [f"focus on {lay.target}", f"{spec.verb} {lay.target}"]
         return actions
 
@@ -245,7 +155,7 @@ class TrapEnv:
         """
         lay = self.layout(task, variation)
         where = f"The {lay.target} is in the {lay.target_room}"
-        if task == "trap-water-plant":
+        if TASKS[task].kind == "water-plant":
             where = f"The {CAN} is in the {lay.objects[CAN]} and the {lay.target} is in the {lay.target_room}"
         return f"{where}: " + ", then ".join(self.gold_path(task, variation)) + "."
 
@@ -256,7 +166,7 @@ class TrapEnv:
         lookalikes = sorted(
             o for o, r in lay.objects.items()
             if r == START_ROOM and o not in FURNITURE.values() and o != CAN
-            and (noun_words <= set(o.split()) or task == "trap-find-animal")
+            and (noun_words <= set(o.split()) or TASKS[task].kind == "find-animal")
         )
         return [f"focus on {lookalikes[0]}"]
 
@@ -318,15 +228,15 @@ class TrapEnv:
         assert st is not None
         if st.failed:
             return -100.0
-        lay, task = st.layout, st.layout.task
+        lay, kind = st.layout, TASKS[st.layout.task].kind
         focused = st.focused == lay.target
-        if task == "trap-light-bulb":
+        if kind == "light-bulb":
             finished = lay.target in st.on
-        elif task == "trap-find-animal":
+        elif kind == "find-animal":
             finished = lay.target in st.inventory
         else:
             finished = lay.target in st.watered
-        if task == "trap-water-plant":
+        if kind == "water-plant":
             milestones = (st.had_can, st.visited_target_room, focused, focused and finished)
             return 25.0 * sum(milestones)
         return 25.0 * st.visited_target_room + 25.0 * focused + (50.0 if focused and finished else 0.0)
@@ -339,14 +249,14 @@ class TrapEnv:
     def _valid_actions(self) -> tuple[str, ...]:
         st = self._state
         assert st is not None
-        task = st.layout.task
+        kind = TASKS[st.layout.task].kind
         acts = {"look around"} | {f"go to {r}" for r in DOORS[st.room]}
         for obj in self._here() + st.inventory:
             acts.add(f"focus on {obj}")
         for obj in self._here():
-            if task == "trap-light-bulb" and obj.endswith("light bulb"):
+            if kind == "light-bulb" and obj.endswith("light bulb"):
                 acts.add(f"turn on {obj}")
-            if obj == CAN or (task == "trap-find-animal" and obj not in FURNITURE.values()):
+            if obj == CAN or (kind == "find-animal" and obj not in FURNITURE.values()):
                 acts.add(f"pick up {obj}")
             if CAN in st.inventory and obj.endswith("flower"):
                 acts.add(f"water {obj}")
@@ -357,7 +267,8 @@ class TrapEnv:
         assert st is not None
 
         def show(o: str) -> str:
-            return f"a {o} (on)" if o in st.on else f"a {o}"
+            article = "an" if o[0] in "aeiou" else "a"  # "an orange light bulb" (fixed family)
+            return f"{article} {o} (on)" if o in st.on else f"{article} {o}"
 
         things = ", ".join(show(o) for o in self._here())
         doors = ", ".join(f"the {r}" for r in DOORS[st.room])
