@@ -27,9 +27,11 @@ OffPolicyLoss = Literal["clipped", "tapered"]
 ScaleStrategy = Literal["ddp", "fsdp"]
 ScaleSampler = Literal["hf", "vllm"]
 ScaleEnvPool = Literal["local", "ray"]
+ChoiceNorm = Literal["word", "token", "sum"]
 # Each choice set is written once, as the Literal above; these tuples are read from it.
 QUANTIZATIONS: tuple[Quantization, ...] = get_args(Quantization)
 DEVICES: tuple[Device, ...] = get_args(Device)
+CHOICE_NORMS: tuple[ChoiceNorm, ...] = get_args(ChoiceNorm)
 EMBEDDER_NAMES: tuple[EmbedderName, ...] = get_args(EmbedderName)
 LOSS_AGGS: tuple[LossAgg, ...] = get_args(LossAgg)
 """Mean over all valid tokens of the batch (verl default, paper); mean over rows of each row's token
@@ -73,7 +75,12 @@ class PolicyConfig:
     (benchmarks/bench_policy.py) and the 135M model fits either way."""
     decoding: Decoding = "constrained"
     """free (the paper): text mapped to the closest valid action; constrained: sampling restricted to
-    the step's valid actions (needed by a 135M model, which cannot write valid actions freely)."""
+    the step's valid actions (needed by a 135M model, which cannot write valid actions freely); action:
+    one whole valid action drawn from a categorical over them (policy/choice.py, method.md §6)."""
+    choice_norm: ChoiceNorm = "word"
+    """Action decoding: a valid action's summed log-prob ÷ its word count, ÷ its token count, or "sum"."""
+    choice_pmi: bool = False
+    """Action decoding: subtract each action's score under a neutral prompt (domain-conditional PMI)."""
     lora_r: int = 16
     """LoRA rank."""
     lora_alpha: int = 32
@@ -253,6 +260,7 @@ class RunConfig:
         p = self.policy
         _choice("policy.quantization", p.quantization, QUANTIZATIONS)
         _choice("policy.decoding", p.decoding, DECODINGS)
+        _choice("policy.choice_norm", p.choice_norm, CHOICE_NORMS)
         _positive("policy.lora_r", p.lora_r)
         _positive("policy.lora_alpha", p.lora_alpha)
         if p.lora_layers is not None:

@@ -25,9 +25,10 @@ on-policy: naive rollout, scored on the same prompt;
 on-policy-with-tips: memory rollout, scored on the same prompt (tips kept);
 off-policy: memory rollout, scored on the tip-free prompt (reward-guided self-distillation)."""
 
-Decoding = Literal["free", "constrained"]
+Decoding = Literal["free", "constrained", "action"]
 """free: free text, mapped to the nearest valid action by the env; constrained: sampling restricted
-token by token to the prefix tree of the step's valid actions."""
+token by token to the prefix tree of the step's valid actions; action: one whole valid action drawn
+from a categorical over them, scored by the free model (`policy.choice`)."""
 
 TipOrigin = Literal["generated", "manual", "imported"]
 """Where a tip came from: written by the policy, added or edited by hand, or imported from JSONL."""
@@ -128,7 +129,8 @@ class ActionSample:
     """The sampled token ids, including the terminating token when one was sampled."""
     logprobs: tuple[float, ...]
     """Behaviour log-prob of each sampled token, same length as `token_ids`. In constrained decoding
-    these are log-probs of the renormalised (masked) distribution."""
+    these are log-probs of the renormalised (masked) distribution; in action decoding it is ONE value,
+    the log-prob of the whole action in the step's categorical (`policy.choice`)."""
 
 
 @dataclass(frozen=True, slots=True)

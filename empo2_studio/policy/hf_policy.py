@@ -7,6 +7,7 @@ score   — exact per-token log-probs of the sampled actions, packed: one forwar
           (the behaviour distribution, see `policy.logprob_temperature`) and constrained decoding
           rebuilds its masks from the turns' valid actions, so an unchanged policy re-scores its own
           samples with ratio 1 at every temperature;
+action decoding — the whole action drawn from a categorical over the valid actions (choice.py);
 write_tips — free-text reflection after an episode (paper §2), through the same cached sampler;
 adapter I/O — PEFT directory format.
 """
@@ -22,6 +23,7 @@ from typing import Any, Iterator, Sequence
 import torch
 
 from empo2_studio.policy import ActionRequest, Turn, logprob_temperature
+from empo2_studio.policy.choice import ChoiceSettings, Chooser
 from empo2_studio.policy.loading import CHECKPOINTED
 from empo2_studio.policy.sampling import CachedSampler
 from empo2_studio.policy.tokens import ActionTrie, ChatFormat
@@ -44,6 +46,7 @@ class HFPolicy:
         max_action_tokens: int = 32,
         max_tip_tokens: int = 96,
         seed: int = 0,
+        choice: ChoiceSettings | None = None,
     ):
         if decoding not in DECODINGS:
             raise ValueError(f"policy.decoding must be one of {list(DECODINGS)}, got {decoding!r}")
@@ -64,6 +67,8 @@ class HFPolicy:
         data parallelism needs the forwards it will reduce to pass through it. Sampling, tips and
         no-grad scoring keep calling `model` (same parameters, no collectives)."""
         self._checkpointed: list[Any] | None = None  # the layers `_checkpointing` switches, found once
+        self.chooser = Chooser(self, choice or ChoiceSettings())
+        """Action decoding's scorer; `chooser.settings` = normalisation and PMI (config `policy.choice_*`)."""
 
     @property
     def device(self) -> torch.device:
@@ -84,6 +89,8 @@ class HFPolicy:
         an action, an earlier turn without one, duplicate keys, or (constrained) no valid actions.
         """
         self._check_requests(requests, temperature)
+        if self.decoding == "action":
+            return self._sample_actions(requests, temperature)
         prompts = [self.prompt_ids(r.turns) for r in requests]
         tries = [
             ActionTrie.build(self.chat_format, r.turns[-1].valid_actions) if self.decoding == "constrained" else None
@@ -110,6 +117,19 @@ class HFPolicy:
             self.model.train(was_training)
         return out
 
+    def _sample_actions(self, requests: Sequence[ActionRequest], temperature: float) -> list[ActionSample]:
+        """Action decoding: one whole valid action per request; `logprobs` = (log π(action),) (choice.py)."""
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            chosen = self.chooser.sample(requests, temperature)
+        finally:
+            self.model.train(was_training)
+        return [
+            ActionSample(text=self.tokenizer.decode(list(ids), skip_special_tokens=True).strip(), token_ids=ids, logprobs=(lp,))
+            for ids, lp in chosen
+        ]
+
     def forget(self, key: str) -> None:
         """Drop the KV cache kept for episode `key` (call when the episode ends)."""
         self.sampler.forget(key)
@@ -132,8 +152,8 @@ class HFPolicy:
                 raise ValueError(f"request {r.key!r}: the last turn must await an action (action_ids=None)")
             if any(t.action_ids is None for t in r.turns[:-1]):
                 raise ValueError(f"request {r.key!r}: every earlier turn needs its action_ids")
-            if self.decoding == "constrained" and not r.turns[-1].valid_actions:
-                raise ValueError(f"request {r.key!r}: constrained decoding needs valid_actions on the last turn")
+            if self.decoding in ("constrained", "action") and not r.turns[-1].valid_actions:
+                raise ValueError(f"request {r.key!r}: {self.decoding} decoding needs valid_actions on the last turn")
 
     def _newline_ids(self) -> tuple[frozenset[int], frozenset[int]]:
         """(tokens containing a newline, whitespace-only tokens), computed once for free decoding."""
@@ -163,6 +183,8 @@ class HFPolicy:
         template breaks the prefix property. ValueError: see `Policy.score`.
         """
         temps = self._check_conversations(conversations, temperature)
+        if self.decoding == "action":  # one log-prob per turn: the action's, in its categorical
+            return self.chooser.score(conversations, temps)
         if not self.chat_format.packed:
             self.metrics["policy/packed_fallback"] += len(conversations)
             return self.score_per_turn(conversations, temperature=temperature)
@@ -200,6 +222,8 @@ class HFPolicy:
         """The reference layout: one forward per turn over that turn's whole prompt + action
         (same arguments, returns and temperature rule as `score`)."""
         temps = self._check_conversations(conversations, temperature)
+        if self.decoding == "action":
+            return self.chooser.score(conversations, temps)
         out = []
         for conv, temp in zip(conversations, temps):
             per_turn = []

@@ -515,6 +515,7 @@ def load_policy(cfg: PolicyConfig) -> Any:
     FileNotFoundError (model not found offline), ModuleNotFoundError (embedded package missing).
     Nothing is cached on failure except a finished conversion of the embedded model.
     """
+    from empo2_studio.policy.choice import ChoiceSettings
     from empo2_studio.policy.hf_policy import HFPolicy
 
     device = resolve_device(cfg.device)
@@ -530,6 +531,7 @@ def load_policy(cfg: PolicyConfig) -> Any:
         model,
         tokenizer,
         decoding=cfg.decoding,
+        choice=ChoiceSettings(cfg.choice_norm, cfg.choice_pmi),
         base_model_name=cfg.model,
         max_action_tokens=cfg.max_action_tokens,
         max_tip_tokens=tip_token_limit(cfg),
