@@ -21,6 +21,9 @@ Run:  PYTHONPATH=. .venv/bin/python benchmarks/bench_learning.py            (def
       ... --skip-scienceworld / --skip-trap
       ... --arms EMPO2 --p-memory 0.4                                        (one arm, the paper's p ablation)
       ... --step-credit 1                                                    (both arms: GiGPO step-level credit)
+      ... --task trap-light-bulb-fixed --eval-every 10                       (the fixed family; evaluate every 10)
+      ... --decoding action --choice-norm word [--choice-pmi]                (whole-action choice, both arms)
+Every iteration line prints its time per phase (sampling, env, scoring, backward, memory).
 """
 
 from __future__ import annotations
@@ -36,7 +39,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
 
-from empo2_studio.config import EnvConfig, MemoryConfig, RolloutConfig, RunConfig, TrainConfig  # noqa: E402
+from empo2_studio.config import (  # noqa: E402
+    CHOICE_NORMS, DECODINGS, EnvConfig, MemoryConfig, PolicyConfig, RolloutConfig, RunConfig, TrainConfig,
+)
 from empo2_studio.memory import make_embedder  # noqa: E402
 from empo2_studio.policy import load_policy  # noqa: E402
 from empo2_studio.sessions import Session, default_sessions_root  # noqa: E402
@@ -54,6 +59,7 @@ def trap_config(arm: str, seed: int, args: argparse.Namespace) -> RunConfig:
         seed=seed,
         env=EnvConfig(name="trap", task=args.task, variations=tuple(args.variations), step_limit=args.step_limit),
         memory=MemoryConfig(embedder="minilm"),
+        policy=policy_config(args),
         rollout=RolloutConfig(group_size=args.group_size, variations_per_iteration=args.variations_per_iteration),
         train=TrainConfig(
             iterations=args.iterations, learning_rate=args.lr, checkpoint_every=args.iterations,
@@ -68,6 +74,14 @@ def trap_config(arm: str, seed: int, args: argparse.Namespace) -> RunConfig:
     if args.step_credit:  # both arms: step-level credit (GiGPO's anchor states), an option of this project
         algo["step_advantage_coef"] = args.step_credit
     return base.with_overrides(rollout=rollout, algo=algo)
+
+
+def policy_config(args: argparse.Namespace) -> PolicyConfig:
+    """The embedded model's config with the benchmark's decoding (both arms, and the loaded policy)."""
+    return PolicyConfig(decoding=args.decoding, choice_norm=args.choice_norm, choice_pmi=args.choice_pmi)
+
+
+PHASES = ("sampling", "env", "scoring", "backward", "memory")
 
 
 def run_trap(args: argparse.Namespace, root: Path, embedder, policy, save) -> dict[str, dict[int, dict]]:
@@ -90,7 +104,7 @@ def run_trap(args: argparse.Namespace, root: Path, embedder, policy, save) -> di
             trainer = Trainer(cfg, session, policy=policy, embedder=embedder)
             t0 = time.perf_counter()
             rows: list[dict] = []
-            results[arm][seed] = {"rows": rows, "eval": {}, "eval_start": start_eval, "time": 0.0}
+            results[arm][seed] = {"rows": rows, "eval": {}, "eval_start": start_eval, "time": 0.0, "evals": []}
             if args.eval_variations > 0 and not start_eval:
                 # The starting weights are the same for every arm of a seed, and so is the evaluation's
                 # sampling noise (seeded by the run seed): evaluate them once, before the first update.
@@ -101,12 +115,18 @@ def run_trap(args: argparse.Namespace, root: Path, embedder, policy, save) -> di
                 rows.append(m)
                 results[arm][seed]["time"] = time.perf_counter() - t0
                 save(results)
+                phases = " ".join(f"{p} {m.get(f'time/{p}', 0.0):.0f}" for p in PHASES)
                 print(
                     f"  {arm:5s} seed {seed} it {report.iteration:2d} {report.update_mode:20s} "
                     f"success {m['rollout/success_rate']:.2f} score {m['rollout/score_mean']:7.1f} "
-                    f"({m['time/iteration']:.0f}s)",
+                    f"({m['time/iteration']:.0f}s: {phases})",
                     flush=True,
                 )
+                if args.eval_every and report.iteration % args.eval_every == 0 and report.iteration < args.iterations:
+                    ev = trainer.evaluate()
+                    results[arm][seed]["evals"].append({"iteration": report.iteration, **ev})
+                    print(f"  {arm:5s} seed {seed} eval at {report.iteration}: success {ev['eval/success_rate']:.2f} "
+                          f"score {ev['eval/score_mean']:.1f}", flush=True)
             trainer.save_checkpoint()
             results[arm][seed]["time"] = time.perf_counter() - t0  # training only; evaluation is extra
             if args.eval_variations > 0:
@@ -150,6 +170,13 @@ def trap_table(results: dict[str, dict[int, dict]], iterations: int, seeds: list
             f"{spread(ev, 'eval/success_rate', '.2f')} | {spread(ev0, 'eval/score_mean', '.1f')} → "
             f"{spread(ev, 'eval/score_mean', '.1f')} | {_mean([run['time'] for run in runs]):.0f} |"
         )
+    for arm in results:  # --eval-every: the memory-free test success along the run (mean over seeds)
+        runs = [results[arm][s] for s in seeds if s in results[arm]]
+        points = sorted({e["iteration"] for run in runs for e in run.get("evals", [])})
+        if points:
+            cells = [f"it {i}: {_mean([e['eval/success_rate'] for run in runs for e in run['evals'] if e['iteration'] == i]):.2f}"
+                     for i in points]
+            summary.append(f"\n{arm} eval success along the run: " + ", ".join(cells))
     return "\n".join(lines + summary)
 
 
@@ -240,6 +267,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="test variations evaluated, at the start and the end (default: all 12 of the trap's "
                          "test split; the paper: 20; 0 skips evaluation)")
     ap.add_argument("--eval-repeats", type=int, default=4, help="episodes per test variation (paper: 4)")
+    ap.add_argument("--eval-every", type=int, default=0, metavar="N",
+                    help="also evaluate memory-free every N iterations (0: only before the first and after the last)")
+    ap.add_argument("--decoding", default="constrained", choices=DECODINGS, help="policy.decoding, both arms")
+    ap.add_argument("--choice-norm", default="word", choices=CHOICE_NORMS, help="action decoding's normalisation")
+    ap.add_argument("--choice-pmi", action="store_true", help="action decoding: PMI calibration")
     ap.add_argument("--sw-task", default="find-living-thing")
     ap.add_argument("--sw-iterations", type=int, default=2)
     ap.add_argument("--sw-group-size", type=int, default=2)
@@ -253,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     root.mkdir(parents=True, exist_ok=True)
     embedder = make_embedder("minilm")
     t0 = time.perf_counter()
-    policy = load_policy(RunConfig().policy)  # the embedded model, 4-bit, fresh LoRA; loaded once
+    policy = load_policy(policy_config(args))  # the embedded model with its warm start; loaded once
     print(f"model loaded in {time.perf_counter() - t0:.0f}s", flush=True)
     report = [f"# bench_learning ({time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} CPU cores, torch {torch.__version__})", ""]
     if not args.skip_trap:
@@ -262,7 +294,9 @@ def main(argv: list[str] | None = None) -> int:
                    f"group(s) of {args.group_size} per iteration, "
                    f"step limit {args.step_limit}, lr {args.lr}, seeds {args.seeds}"
                    + (f", EMPO² p {args.p_memory}" if args.p_memory is not None else "")
-                   + (f", step credit ω {args.step_credit}" if args.step_credit else "") + ")")  # fmt: skip
+                   + (f", step credit ω {args.step_credit}" if args.step_credit else "")
+                   + f", decoding {args.decoding}" + (f" ({args.choice_norm}{', PMI' if args.choice_pmi else ''})"
+                                                      if args.decoding == "action" else "") + ")")  # fmt: skip
 
         def save(results: dict[str, dict[int, dict]]) -> None:
             (root / "learning.json").write_text(json.dumps(
