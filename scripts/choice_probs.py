@@ -131,11 +131,11 @@ def report(policy, task: str, variations, temperature: float) -> None:
     print("\nmode of the first action, per variant: " + "; ".join(f"{x}: {dict(c)}" for x, c in firsts.items()))
 
 
-def play(policy, task: str, variations, repeats: int, decodings, temperature: float, seed: int) -> None:
+def play(policy, task: str, variations, repeats: int, decodings, temperature: float, seed: int, step_limit: int) -> None:
     """Memory-free episodes of every variation under each decoding: success, first actions, first focuses."""
     from empo2_studio.rollout import play_group, seed_policy
 
-    envs = [TrapEnv() for _ in range(repeats)]
+    envs = [TrapEnv(step_limit=step_limit) for _ in range(repeats)]
     for dec in decodings:
         name, _, norm = dec.partition(":")
         policy.decoding = name
@@ -145,12 +145,15 @@ def play(policy, task: str, variations, repeats: int, decodings, temperature: fl
         t0 = time.perf_counter()
         eps = []
         for v in variations:
-            eps += play_group(envs, policy, None, task=task, variation=v, split="test", rollout_mode="naive",
-                              update_mode=None, temperature=temperature, seed=seed, group_id="")
+            group = play_group(envs, policy, None, task=task, variation=v, split="test", rollout_mode="naive",
+                               update_mode=None, temperature=temperature, seed=seed, group_id="")
+            eps += group
+            print(f"  {dec} variation {v}: scores {[e.score for e in group]}, first actions "
+                  f"{[e.steps[0].action for e in group]} ({time.perf_counter() - t0:.0f} s)", flush=True)
         first = Counter(e.steps[0].action for e in eps if e.steps)
         focus = Counter(next((s.action for s in e.steps if s.action.startswith("focus on")), "none") for e in eps)
         scores = Counter(e.score for e in eps)
-        print(f"\n{task} play, decoding {dec}, T = {temperature}, {len(eps)} episodes ({time.perf_counter() - t0:.0f} s): "
+        print(f"\n{task} play, decoding {dec}, T = {temperature}, step limit {step_limit}, {len(eps)} episodes ({time.perf_counter() - t0:.0f} s): "
               f"success {sum(e.won for e in eps) / len(eps):.3f}, mean score {sum(e.score for e in eps) / len(eps):.1f}")
         print(f"  first actions {dict(first.most_common())}\n  first focus {dict(focus.most_common())}\n  scores {dict(scores.most_common())}")
 
@@ -166,6 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--decodings", nargs="+", default=["constrained", "action:word"],
                     help="for --play: constrained, free, action:word|token|sum[+pmi]")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--step-limit", type=int, default=8, help="for --play (bench_learning's default: 8)")
     args = ap.parse_args(argv)
     policy = load_policy(RunConfig().policy)
     if args.adapter:
@@ -174,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_table:
         report(policy, args.task, args.variations, args.temperature)
     if args.play:
-        play(policy, args.task, args.variations, args.play, args.decodings, args.temperature, args.seed)
+        play(policy, args.task, args.variations, args.play, args.decodings, args.temperature, args.seed, args.step_limit)
     return 0
 
 

@@ -100,8 +100,7 @@ def tree_logprobs(
         rows.append(g_rows)
     n_new, total = len(ids), cached + len(ids)
     allowed = torch.zeros(n_new, total, dtype=torch.bool)
-    for q in range(L - cached):  # the rest of the base: causal
-        allowed[q, : cached + q + 1] = True
+    allowed[: L - cached, :L] = torch.ones(L - cached, L, dtype=torch.bool).tril(diagonal=cached)  # the base: causal
     for b, (start, lim) in enumerate(zip(owner_start, limit)):
         q = L - cached + b
         allowed[q, :lim] = True
