@@ -23,7 +23,8 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
         "update evaluation",
         "trainer",
         "lesson race scale",  # scale: the distributed trainer, vLLM sampler and Ray env pool
-        "cli_commands app",
+        "cli_commands cli_checks app",
+        "cli_records",  # the model-free commands (tips, sessions)
         "cli",
         "__main__",
     )

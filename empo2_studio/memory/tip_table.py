@@ -28,7 +28,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Self, Sequence
 
 import lancedb
 import numpy as np
@@ -75,7 +75,7 @@ class TipTable:
     @classmethod
     def open(
         cls, path: str | Path, embedder: Embedder, cfg: MemoryConfig | None = None, *, verify_embedder: bool = True
-    ) -> TipStore:
+    ) -> Self:
         """Open (or create) the store at `path` (a directory, e.g. `sessions/<run>/tips.lance`).
 
         Raises EmbedderMismatchError (a ValueError) naming both embedders and the re-embed command when
