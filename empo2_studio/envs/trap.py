@@ -32,6 +32,7 @@ import numbers
 from dataclasses import dataclass, field
 
 from empo2_studio.envs.actions import correct_action
+from empo2_studio.envs.room_notes import episode_record
 from empo2_studio.envs.trap_world import (
     CAN,
     DOORS,
@@ -48,7 +49,7 @@ from empo2_studio.envs.trap_world import (
     layouts,
     route,
 )
-from empo2_studio.types import Observation, Split, StepResult
+from empo2_studio.types import Episode, Observation, Split, StepResult
 
 _route = route  # the name scripts/make_warmstart.py imports
 __all__ = [
@@ -221,6 +222,10 @@ class TrapEnv:
 
     def close(self) -> None:
         self._state = None
+
+    def summarise_episode(self, episode: Episode) -> str | None:
+        """The episode's record line (`envs.room_notes`); None when it has nothing to say."""
+        return episode_record(episode) or None
 
     # ---- rules ---------------------------------------------------------------------------------
     def _score(self) -> float:
