@@ -74,6 +74,11 @@ def test_fill_by_hand(bench):
     w = {"style": "s", "by_can": {"hallway": "h", "target_room": "t", "elsewhere": "{can_room} then {room}"}}
     assert bench.fill(w, "trap-water-plant", 37) == "workshop then bedroom"
     assert bench.fill(w, "trap-water-plant", 36) == "h" and bench.fill(w, "trap-water-plant", 38) == "t"
+    # water-plant 37: go to workshop, pick up can, go to hallway, go to bedroom, focus, water
+    assert bench.key_steps("trap-water-plant", 37) == {"first": 0, "focus": 4, "finish": 5}
+    assert bench.key_steps("trap-light-bulb", 40) == {"first": 0, "focus": 1, "finish": 2}
+    (tips, skipped), = bench.PinnedNote("n").retrieve_explained("trap-light-bulb", 40, ["q"])
+    assert [(t.text, t.pinned) for t in tips] == [("n", True)] and skipped == []
 
 
 def test_training_wordings_share_no_sentence_with_the_heldout_set(bench, wordings_mod):
@@ -105,3 +110,17 @@ def test_training_notes_state_the_facts_of_their_layout(wordings_mod):
                 if task == "trap-water-plant":
                     assert "can" in note
     assert wordings_mod.gold_actions(env.layout("trap-water-plant", 37)) == env.gold_path("trap-water-plant", 37)
+
+
+def test_training_conversations_learn_a_valid_next_action_and_never_see_test_layouts():
+    mw = _load(ROOT / "scripts" / "make_warmstart.py", "make_warmstart_under_test")
+    rng = random.Random(2)
+    for task in TASKS:
+        for v in (0, 24, 35):
+            turns, learn = mw.conversation(task, v, rng)
+            assert learn and all(turns[i][1] in turns[i][2] for i in learn)
+            assert "Notes from your earlier attempts:" in turns[0][0]
+    turns, learn = mw.conversation("trap-light-bulb", 30, random.Random(0))  # detours or not, it ends so
+    assert [turns[i][1] for i in learn][-2:] == TrapEnv().gold_path("trap-light-bulb", 30)[-2:]
+    with pytest.raises(SystemExit):  # argparse refuses the test layouts
+        mw.main(["--splits", "test", "--out", "/nonexistent"])
