@@ -467,3 +467,79 @@ def test_stop_during_side_by_side_saves_episodes_without_tips(studio):
     assert job.status == "stopped" and "no tips written" in job.message
     assert len(studio.session(RUN).episodes()) == before_eps + 2
     assert studio.store(RUN).count() == before_tips
+
+
+# ---- the session decides the env; the first screen --------------------------------------------------
+def test_a_pair_never_plays_another_env_than_its_sessions(studio):
+    """The server takes the env from the session: a client sending another env is refused (one line,
+    titled "Refused", no traceback printed), and a task of another env too."""
+    with pytest.raises(gr.Error) as err:
+        et.start_side_by_side(studio, RUN, "scienceworld", "power-component", 0, "train", 0, 0.4, "current")
+    assert err.value.message == ("session 'studio' plays trap, not scienceworld; open a scienceworld session in "
+                                 "the Sessions tab to play it")  # fmt: skip
+    assert (err.value.title, err.value.print_exception) == ("Refused", False)
+    with pytest.raises(gr.Error, match="unknown trap task 'power-component'"):
+        et.start_side_by_side(studio, RUN, None, "power-component", 0, "train", 0, 0.4, "current")
+    with pytest.raises(gr.Error, match="no variation 24 in the train split; valid: 0…23"):
+        et.start_side_by_side(studio, RUN, "trap", TASK, 24, "train", 0, 0.4, "current")
+
+
+def test_the_episodes_form_offers_the_sessions_training_variations(studio):
+    assert et.variation_choices(studio, "trap", TASK, "train", RUN) == [0, 1]  # studio_cfg: variations (0, 1)
+    assert et.variation_choices(studio, "trap", "trap-find-animal", "train", RUN)[:3] == [0, 1, 2]  # another task
+    assert et.session_line(studio, RUN).endswith("training variations 0, 1 · step limit 3")
+
+
+def test_the_scienceworld_note_shows_only_for_the_embedded_model_on_scienceworld(studio, monkeypatch):
+    sw = studio.env_session("scienceworld")
+    assert (sw.dir.name, sw.config.env.task) == ("studio-scienceworld", "power-component")
+    assert studio.env_session("scienceworld").dir.name == "studio-scienceworld" and studio.env_session("trap").dir.name == RUN
+    assert not et.model_note(studio, sw.dir.name).visible  # the tiny test model
+    monkeypatch.setattr(type(studio.model), "policy_spec", property(lambda self: "real"))
+    assert et.model_note(studio, sw.dir.name).visible and not et.model_note(studio, RUN).visible
+    assert "rarely scores" in et.model_note(studio, sw.dir.name).value
+
+
+def test_the_studio_opens_a_trap_session_unless_asked_otherwise(tmp_path, studio_cfg):
+    from empo2_studio.config import EnvConfig
+
+    s = Studio(tmp_path, policy="tiny", embedder="hash")
+    assert (s.default_run_id, s.session(RUN).config.env.name) == (RUN, "trap")
+    s.close()
+    # an older "studio" session of another env is kept; the studio opens studio-<env> instead
+    sw = Studio(tmp_path / "b", env="scienceworld", policy="tiny", embedder="hash")
+    sw.close()
+    s = Studio(tmp_path / "b", policy="tiny", embedder="hash", config=studio_cfg)
+    assert s.default_run_id == "studio-trap" and s.session("studio-trap").config.env == studio_cfg.env
+    assert s.session(RUN).config.env == EnvConfig(name="scienceworld", task="power-component")
+    s.close()
+
+
+def test_the_sessions_table_fills_last_score_from_metrics_or_episodes(studio, _played):
+    """"last score": the newest metrics row with a mean score (a lesson stage: the mean over its
+    variations), else the newest saved episode; empty for a session that has played nothing."""
+    from dataclasses import replace
+
+    base = studio.session(RUN).config
+    fresh = studio.create_session(replace(base, run_id="nothing-played"))
+    eps = studio.create_session(replace(base, run_id="episodes-only"))
+    naive, memory = _played
+    eps.append_episodes([replace(naive, score=-100.0, created_at=1.0), replace(memory, score=40.0, created_at=2.0)])
+    lesson = studio.create_session(replace(base, run_id="lesson-only"))
+    lesson.append_metrics({"kind": "lesson", "lesson/v0/score_mean": 100.0, "lesson/v1/score_mean": -50.0})
+    trained = studio.create_session(replace(base, run_id="trained"))
+    trained.append_metrics({"kind": "train", "iteration": 1, "rollout/score_mean": 12.5})
+    trained.append_metrics({"kind": "eval", "iteration": 1, "eval/score_mean": -7.25})
+    frame = st.sessions_frame(studio).set_index("run_id")["last score"]
+    assert (frame["nothing-played"], frame["episodes-only"], frame["lesson-only"], frame["trained"]) == (
+        "", "40.0", "25.0", "-7.2")
+
+
+@pytest.fixture
+def _played(studio):
+    """A naive and a memory episode of the default session (played by earlier tests, or now)."""
+    by = {e.rollout_mode: e for e in studio.session(RUN).episodes()}
+    if not {"naive", "memory"} <= set(by):
+        job = studio.jobs.wait(et.start_side_by_side(studio, RUN, "trap", TASK, 0, "train", 0, 1.0, "current")[0], 120)
+        by = dict(zip(("naive", "memory"), job.result))
+    return by["naive"], by["memory"]

@@ -60,8 +60,14 @@ def _line(xs: Sequence[float], ys: Sequence[float], name: str, i: int) -> go.Sca
                       marker={"color": s["color"], "symbol": s["symbol"], "size": s["size"], "line": {"width": 2}})  # fmt: skip
 
 
-def _layout(fig: go.Figure, title: str, x_title: str, y_title: str, *, height: int = 300) -> go.Figure:
-    """Title, axis titles, whole-number x ticks; "no data yet" when the figure has no point."""
+SCORE_RANGE = [-105, 105]
+"""The y range of every score chart (scores are −100 … 100): equal scores are not blown up to ±1."""
+
+
+def _layout(fig: go.Figure, title: str, x_title: str, y_title: str, *, height: int = 300,
+            y_range: list[float] | None = None) -> go.Figure:  # fmt: skip
+    """Title, axis titles, whole-number x ticks, `y_range` when given; "no data yet" when the figure
+    has no point."""
     fig.update_layout(
         title={"text": title, "font": {"size": 14}}, height=height, template="plotly_white",
         margin={"l": 60, "r": 10, "t": 40, "b": 50}, legend={"orientation": "h", "y": -0.3},
@@ -74,6 +80,8 @@ def _layout(fig: go.Figure, title: str, x_title: str, y_title: str, *, height: i
         fig.add_annotation(text=NO_DATA, x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False,
                            font={"size": 16, "color": "#6b7280"})  # fmt: skip
         return fig
+    if y_range is not None:
+        fig.update_yaxes(range=y_range)
     span = max(xs) - min(xs)
     fig.update_xaxes(tickmode="linear", tick0=min(xs), dtick=max(1, math.ceil(span / 10)), tickformat="d")
     return fig
@@ -85,7 +93,7 @@ def episode_scores_figure(scores: Mapping[str, Sequence[float]]) -> go.Figure:
     for i, (side, ys) in enumerate(scores.items()):
         if ys:
             fig.add_trace(_line(range(1, len(ys) + 1), ys, side, i))
-    return _layout(fig, "Running score", "step", "score (−100 … 100)")
+    return _layout(fig, "Running score", "step", "score (−100 … 100)", y_range=SCORE_RANGE)
 
 
 def metric_keys(rows: Iterable[Mapping[str, object]], prefixes: Sequence[str]) -> list[str]:
@@ -113,11 +121,14 @@ def _points(rows: Sequence[Mapping[str, object]], key: str) -> tuple[list[float]
 def metrics_figure(rows: Sequence[Mapping[str, object]], keys: Sequence[str], title: str, y_title: str = "") -> go.Figure:
     """One line per key against the row's "iteration" (rows missing a key leave a gap; rates in %)."""
     fig = go.Figure()
+    top = 0.0
     for i, key in enumerate(keys):
         xs, ys = _points(rows, key)
         if xs:
             fig.add_trace(_line(xs, ys, key, i))
-    return _layout(fig, title, "iteration", y_title)
+            top = max(top, *ys)
+    rates = bool(keys) and all(is_rate(k) for k in keys)
+    return _layout(fig, title, "iteration", y_title, y_range=[0, max(5.0, 1.15 * top)] if rates else None)
 
 
 MODE_NAMES = UPDATE_MODES
@@ -140,7 +151,7 @@ def score_by_mode_figure(rows: Sequence[Mapping[str, object]], score_key: str = 
             by_mode.setdefault(_mode_of(r), []).append((_x(r, i), float(r[score_key])))  # type: ignore[arg-type]
     for i, (mode, pts) in enumerate(by_mode.items()):
         fig.add_trace(_line([p[0] for p in pts], [p[1] for p in pts], mode, i))
-    return _layout(fig, "Score by update mode", "iteration", "mean score (−100 … 100)")
+    return _layout(fig, "Score by update mode", "iteration", "mean score (−100 … 100)", y_range=SCORE_RANGE)
 
 
 def train_figures(rows: Sequence[Mapping[str, object]], score_key: str = "rollout/score_mean") -> list[go.Figure]:
@@ -163,7 +174,7 @@ def adapt_figure(trials: Sequence[Mapping[str, float]], score_key: str = "adapt/
         base = _line([0, max(xs[-1], 1)], [ys[0], ys[0]], "trial 0 (no memory)", 0)
         base.update(mode="lines", line={"dash": "dash"})
         fig.add_trace(base)
-    return _layout(fig, "Adaptation: score per trial", "trial", "mean score (−100 … 100)")
+    return _layout(fig, "Adaptation: score per trial", "trial", "mean score (−100 … 100)", y_range=SCORE_RANGE)
 
 
 def compare_runs_figure(runs: Mapping[str, Sequence[Mapping[str, object]]], key: str) -> go.Figure:
@@ -172,4 +183,5 @@ def compare_runs_figure(runs: Mapping[str, Sequence[Mapping[str, object]]], key:
     for i, (run_id, rows) in enumerate(runs.items()):
         xs, ys = _points(rows, key)
         fig.add_trace(_line(xs, ys, run_id, i))
-    return _layout(fig, f"Compare runs: {key}", "iteration", f"{key} (%)" if is_rate(key) else key)
+    y_range = [-5, 105] if is_rate(key) else (SCORE_RANGE if key.endswith("score_mean") else None)
+    return _layout(fig, f"Compare runs: {key}", "iteration", f"{key} (%)" if is_rate(key) else key, y_range=y_range)

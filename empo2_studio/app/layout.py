@@ -30,10 +30,11 @@ Refresh = tuple[Callable[[str], dict[Any, Any]], list[Any]]
 """(fn, outputs): `fn(run_id)` returns {component: value} for exactly the components in `outputs`."""
 
 START = (
-    "**Start here: the Lesson tab** (open now) shows the method in about ten minutes on the trap env: an "
-    "agent fails, curated tips rescue it, distillation makes it succeed without them. "
-    "**Episodes** plays one naive and one memory episode of the open session side by side; **Tips**, "
-    "**Train**, **Race**, **Adapt** and **Sessions** go further."
+    "**Start here: the Lesson tab** (the first tab) shows the method on the trap env: an agent fails, "
+    "curated tips rescue it, distillation makes it succeed without them. **Episodes** plays one naive and "
+    "one memory episode of the open session side by side; **Tips**, **Train**, **Race**, **Adapt** and "
+    "**Sessions** go further. ScienceWorld is one click away (right); the embedded 135M model plays "
+    "valid actions there but rarely scores."
 )
 
 
@@ -77,14 +78,11 @@ def build_blocks(studio: Studio) -> gr.Blocks:
                           [run_id], [session_md, tr["distill_ids"]], show_progress="hidden")  # fmt: skip
         tips_page.select(*tips["on_open"], show_progress="hidden")
 
-        def switch(fn: Callable[[str], Any], outputs: list[Any]) -> None:
-            fn(refresh, refresh_outputs)
-            fn(clear, clear_outputs)
-
-        # Opening a session (Sessions tab, a Train start that made one) switches this browser's run id,
-        # then every tab follows it.
-        switch(ses["opened"], [])
-        switch(tr["switched"], [])
+        # Opening a session (Sessions tab, the start panel, a Train start that made one) switches this
+        # browser's run id, then every tab follows it; the Episodes tab drops the previous session's pair.
+        ses["opened"](refresh, refresh_outputs)
+        ses["opened"](clear, clear_outputs)
+        tr["switched"](refresh, refresh_outputs)
         opened = to_sw.click(partial(open_env_session, studio, "scienceworld"), None, [run_id, tabs])
         opened.success(refresh, [run_id], refresh_outputs).success(clear, [run_id], clear_outputs)
         # A reloaded page picks up the work still running on its session (its timer starts polling).

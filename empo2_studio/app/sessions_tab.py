@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from empo2_studio.app.studio import Studio
 
 LIST_COLUMNS = ["run_id", "env", "task", "model", "iteration", "checkpoints", "last score", "p", "q", "lr", "created"]
-COLUMN_WIDTHS = ["17%", "8%", "13%", "9%", "6%", "7%", "7%", "5%", "5%", "7%", "16%"]
+COLUMN_WIDTHS = ["12%", "7%", "12%", "11%", "9%", "11%", "8%", "5%", "6%", "6%", "13%"]
 DEFAULT_COMPARE_KEY = "rollout/score_mean"
 SCORE_KEYS = ("rollout/score_mean", "eval/score_mean", "adapt/score_mean")
 """Metrics that hold a mean score (−100 … 100), newest row first decides the "last score"."""
@@ -137,6 +137,6 @@ def build_sessions_tab(studio: Studio, run_id: gr.State) -> dict[str, Any]:
     export_t.click(partial(export_tips, studio), [pick], [download, status])
 
     def on_opened(fn: Callable[[str], list[Any]], outputs: list[Any]) -> None:
-        opened.then(fn, [run_id], outputs)
+        opened.success(fn, [run_id], outputs)
 
     return {"opened": on_opened, "listing": (listing, [table, pick, runs])}
