@@ -53,8 +53,9 @@ def _style(i: int, name: str) -> dict[str, object]:
                                 "size": SIZES[i % len(SIZES)], "dash": "solid"}  # fmt: skip
 
 
-def _line(xs: Sequence[float], ys: Sequence[float], name: str, i: int) -> go.Scatter:
-    s = _style(i, name)
+def _line(xs: Sequence[float], ys: Sequence[float], name: str, i: int, style: str | None = None) -> go.Scatter:
+    """A line with markers in the style of `style` (a `STYLES` key), else of `name`, else the i-th."""
+    s = _style(i, style or name)
     return go.Scatter(x=list(xs), y=list(ys), mode="lines+markers", name=name,
                       line={"color": s["color"], "dash": s["dash"], "width": 2},
                       marker={"color": s["color"], "symbol": s["symbol"], "size": s["size"], "line": {"width": 2}})  # fmt: skip
@@ -170,8 +171,8 @@ def adapt_figure(trials: Sequence[Mapping[str, float]], score_key: str = "adapt/
     xs = list(range(len(trials)))
     ys = [float(t.get(score_key, 0.0)) for t in trials]
     if ys:
-        fig.add_trace(_line(xs, ys, "with memory", 1))
-        base = _line([0, max(xs[-1], 1)], [ys[0], ys[0]], "trial 0 (no memory)", 0)
+        fig.add_trace(_line(xs, ys, "with memory", 1, style="memory"))
+        base = _line([0, max(xs[-1], 1)], [ys[0], ys[0]], "trial 0 (no memory)", 0, style="naive")
         base.update(mode="lines", line={"dash": "dash"})
         fig.add_trace(base)
     return _layout(fig, "Adaptation: score per trial", "trial", "mean score (−100 … 100)", y_range=SCORE_RANGE)
