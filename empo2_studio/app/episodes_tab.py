@@ -221,7 +221,7 @@ def build_episodes_tab(studio: Studio, run_id: gr.State) -> dict[str, Any]:
     with gr.Row(equal_height=False):
         naive = gr.HTML(elem_id="ep-naive")
         memory = gr.HTML(elem_id="ep-memory")
-    chart = gr.Plot(show_label=False, elem_id="ep-chart")
+    chart = gr.Plot(figures.episode_scores_figure({}), show_label=False, elem_id="ep-chart")
     with gr.Row():
         saved = gr.Dropdown(label="Saved episode pairs of this session", choices=[], elem_id="ep-saved", scale=3)
         reopen = gr.Button("Reopen", elem_id="ep-reopen")

@@ -67,10 +67,10 @@ def build_blocks(studio: Studio) -> gr.Blocks:
 
         model_timer = gr.Timer(1.0, active=True)
         model_timer.tick(partial(model_status, studio), None, [model_md, model_timer], show_progress="hidden")
-        refresh, refresh_outputs = page_refresh(
-            [banner_refresh(studio, session_md), ep["refresh"], tr["refresh"], ad["refresh"], tips["refresh"],
-             race["refresh"]])  # fmt: skip
-        clear, clear_outputs = ep["clear"]
+        parts = [banner_refresh(studio, session_md), ep["refresh"], tr["refresh"], ad["refresh"], tips["refresh"],
+                 race["refresh"]]  # fmt: skip
+        refresh, refresh_outputs = page_refresh(parts)
+        switched, switched_outputs = page_refresh([*parts, ep["clear"]])  # one event: the form and its pair together
         demo.load(refresh, [run_id], refresh_outputs)
         demo.load(ses["listing"][0], [run_id], ses["listing"][1])
         # Episodes played elsewhere (Episodes tab, CLI) become distillable: list them when Train opens.
@@ -80,11 +80,10 @@ def build_blocks(studio: Studio) -> gr.Blocks:
 
         # Opening a session (Sessions tab, the start panel, a Train start that made one) switches this
         # browser's run id, then every tab follows it; the Episodes tab drops the previous session's pair.
-        ses["opened"](refresh, refresh_outputs)
-        ses["opened"](clear, clear_outputs)
+        ses["opened"](switched, switched_outputs)
         tr["switched"](refresh, refresh_outputs)
         opened = to_sw.click(partial(open_env_session, studio, "scienceworld"), None, [run_id, tabs])
-        opened.success(refresh, [run_id], refresh_outputs).success(clear, [run_id], clear_outputs)
+        opened.success(switched, [run_id], switched_outputs)
         # A reloaded page picks up the work still running on its session (its timer starts polling).
         for tab, kinds in ((ep, ("episodes",)), (tr, ("train", "distill")), (ad, ("adapt",)), (race, ("race",))):
             tab["panel"].on_load_attach(demo, studio.jobs, kinds, run_id)
