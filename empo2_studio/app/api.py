@@ -113,7 +113,8 @@ def register(studio: Studio) -> None:
         studio.jobs.stop(job_id)
         return job_json(studio.jobs.get(job_id))
 
-    def play_lesson(stage: LessonStage = "all", task: str = "trap-light-bulb", variations: list[int] = [0, 1],  # noqa: B006
+    def play_lesson(stage: LessonStage = "all", task: str = "trap-light-bulb",
+                    variations: list[int] = [0, 1],  # noqa: B006 - read only; gr.api shows the default
                     episodes: int = 8, distill_steps: int = 5, wait: bool = True,
                     timeout_s: float = 3600.0) -> dict[str, Any]:  # fmt: skip
         """Play the whole lesson or one stage with the curated tips; returns the job and, once done,

@@ -82,7 +82,9 @@ def checkpoint_choices(studio: Studio, run_id: str) -> list[tuple[str, str]]:
 def session_line(studio: Studio, run_id: str) -> str:
     """What the form plays: the session's env, task, training variations and step limit."""
     env = studio.session(run_id).config.env
-    limit = env.step_limit if env.step_limit is not None else f"the task's ({studio.meta_env(env.name).step_limit(env.task)})"
+    limit = env.step_limit
+    if limit is None:
+        limit = f"the task's ({studio.meta_env(env.name).step_limit(env.task)})"
     variations = ", ".join(map(str, env.variations)) if env.variations else "the first 5 of the train split"
     return (f"Plays session `{run_id}`'s env **{env.name}** · its task `{env.task}` · training variations "
             f"{variations} · step limit {limit}")  # fmt: skip

@@ -58,7 +58,8 @@ def _line(xs: Sequence[float], ys: Sequence[float], name: str, i: int, style: st
     s = _style(i, style or name)
     return go.Scatter(x=list(xs), y=list(ys), mode="lines+markers", name=name,
                       line={"color": s["color"], "dash": s["dash"], "width": 2},
-                      marker={"color": s["color"], "symbol": s["symbol"], "size": s["size"], "line": {"width": 2}})  # fmt: skip
+                      marker={"color": s["color"], "symbol": s["symbol"], "size": s["size"],
+                              "line": {"width": 2}})  # fmt: skip
 
 
 SCORE_RANGE = [-105, 105]
@@ -115,11 +116,14 @@ def _x(row: Mapping[str, object], i: int) -> float:
 def _points(rows: Sequence[Mapping[str, object]], key: str) -> tuple[list[float], list[float]]:
     """(iterations, values) of `key`, a rate scaled to %."""
     scale = 100.0 if is_rate(key) else 1.0
-    pts = [(_x(r, i), scale * float(r[key])) for i, r in enumerate(rows) if _is_number(r.get(key))]  # type: ignore[arg-type]
+    pts = [(_x(r, i), scale * float(r[key]))  # type: ignore[arg-type]
+           for i, r in enumerate(rows) if _is_number(r.get(key))]
     return [p[0] for p in pts], [p[1] for p in pts]
 
 
-def metrics_figure(rows: Sequence[Mapping[str, object]], keys: Sequence[str], title: str, y_title: str = "") -> go.Figure:
+def metrics_figure(
+    rows: Sequence[Mapping[str, object]], keys: Sequence[str], title: str, y_title: str = ""
+) -> go.Figure:
     """One line per key against the row's "iteration" (rows missing a key leave a gap; rates in %)."""
     fig = go.Figure()
     top = 0.0

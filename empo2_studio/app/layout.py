@@ -74,8 +74,9 @@ def build_blocks(studio: Studio) -> gr.Blocks:
         demo.load(refresh, [run_id], refresh_outputs)
         demo.load(ses["listing"][0], [run_id], ses["listing"][1])
         # Episodes played elsewhere (Episodes tab, CLI) become distillable: list them when Train opens.
-        train_page.select(lambda rid: (banner(studio, rid), gr.Dropdown(choices=train_tab.distill_choices(studio, rid))),
-                          [run_id], [session_md, tr["distill_ids"]], show_progress="hidden")  # fmt: skip
+        train_page.select(
+            lambda rid: (banner(studio, rid), gr.Dropdown(choices=train_tab.distill_choices(studio, rid))),
+            [run_id], [session_md, tr["distill_ids"]], show_progress="hidden")  # fmt: skip
         tips_page.select(*tips["on_open"], show_progress="hidden")
 
         # Opening a session (Sessions tab, the start panel, a Train start that made one) switches this

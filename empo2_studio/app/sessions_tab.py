@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from empo2_studio.app.studio import Studio
 
 LIST_COLUMNS = ["run_id", "env", "task", "model", "iteration", "checkpoints", "last score", "p", "q", "lr", "created"]
-COLUMN_WIDTHS = ["12%", "7%", "12%", "11%", "9%", "11%", "8%", "5%", "6%", "6%", "13%"]
+COLUMN_WIDTHS = ["12%", "9%", "12%", "10%", "9%", "11%", "8%", "5%", "6%", "5%", "13%"]
 DEFAULT_COMPARE_KEY = "rollout/score_mean"
 SCORE_KEYS = ("rollout/score_mean", "eval/score_mean", "adapt/score_mean")
 """Metrics that hold a mean score (−100 … 100), newest row first decides the "last score"."""
@@ -117,13 +117,13 @@ def build_sessions_tab(studio: Studio, run_id: gr.State) -> dict[str, Any]:
         export_a = gr.Button("Export adapter (zip)", elem_id="ses-export-adapter")
         export_t = gr.Button("Export tips (JSONL)", elem_id="ses-export-tips")
     status = gr.Markdown(elem_id="ses-status")
-    download = gr.File(label="Download", interactive=False, height=90, elem_id="ses-download")
+    download = gr.File(label="Download", interactive=False, visible=False, elem_id="ses-download")
     with gr.Row():
         runs = gr.Dropdown(label="Compare runs", multiselect=True, choices=[], elem_id="ses-compare-runs", scale=3)
         key = gr.Dropdown(label="Metric", choices=[DEFAULT_COMPARE_KEY], value=DEFAULT_COMPARE_KEY,
                           allow_custom_value=True, elem_id="ses-compare-key")
         compare_btn = gr.Button("Compare", elem_id="ses-compare")
-    plot = gr.Plot(show_label=False, elem_id="ses-compare-plot")
+    plot = gr.Plot(figures.compare_runs_figure({}, DEFAULT_COMPARE_KEY), show_label=False, elem_id="ses-compare-plot")
 
     def listing(rid: str) -> tuple[Any, ...]:
         frame = sessions_frame(studio)
@@ -133,8 +133,16 @@ def build_sessions_tab(studio: Studio, run_id: gr.State) -> dict[str, Any]:
     refresh.click(listing, [run_id], [table, pick, runs])
     opened = open_btn.click(partial(open_session, studio), [pick], [run_id, status])
     compare_btn.click(partial(compare, studio), [runs, key], [plot, key])
-    export_a.click(partial(export_adapter, studio), [pick], [download, status])
-    export_t.click(partial(export_tips, studio), [pick], [download, status])
+    def shown(export: Callable[..., tuple[str, str]]) -> Callable[[str | None], tuple[Any, str]]:
+        """The export's file in the (until then hidden) download box."""
+        def fn(rid: str | None) -> tuple[Any, str]:
+            path, msg = export(studio, rid)
+            return gr.File(value=path, visible=True), msg
+
+        return fn
+
+    export_a.click(shown(export_adapter), [pick], [download, status])
+    export_t.click(shown(export_tips), [pick], [download, status])
 
     def on_opened(fn: Callable[[str], list[Any]], outputs: list[Any]) -> None:
         opened.success(fn, [run_id], outputs)

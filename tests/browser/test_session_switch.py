@@ -87,3 +87,15 @@ def test_a_session_switch_renews_the_form_and_plays_that_sessions_env(page, serv
     assert "idle" in page.locator("#ep-status").inner_text()
     assert not page.locator("#ep-note").is_visible()  # the tiny test model is not the embedded one
     page.screenshot(path=str(artifacts / "switch-scienceworld.png"), full_page=True)
+
+
+def test_an_export_shows_its_file_in_the_download_box(page, served, artifacts):
+    url, _ = served
+    page.goto(url)
+    page.get_by_role("tab", name="Sessions").click()
+    assert not page.locator("#ses-download").is_visible()  # no empty upload-sized box before an export
+    page.wait_for_function("document.querySelector('#ses-pick input').value !== ''")
+    page.locator("#ses-export-tips").click()
+    page.locator("#ses-status").get_by_text("exported").wait_for()
+    page.locator("#ses-download").get_by_text(re.compile(r"tips-.*\.jsonl")).first.wait_for()
+    page.screenshot(path=str(artifacts / "sessions-export.png"), full_page=True)
