@@ -29,7 +29,7 @@ SCIENCEWORLD_NOTE = (
     "**ScienceWorld with the embedded 135M model.** It plays valid actions (it picks among the step's "
     "valid actions) and writes tips, but it rarely scores: a side-by-side pair usually ends with both "
     "columns at the same low score and few useful tips, and one pair takes minutes on a CPU. For what "
-    "memory and distillation change, start with the **Lesson** tab (trap env, about 10 minutes)."
+    "memory and distillation change, start with the **Lesson** tab (trap env)."
 )
 """Shown in the Episodes tab while a ScienceWorld session is open with the embedded model."""
 
