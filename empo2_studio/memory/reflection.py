@@ -170,7 +170,7 @@ def record_line(
     if plan and finishing_action(task_description, target):
         # A whole plan alone, after a win too: next to "Actions that scored: go to kitchen[, …]." the
         # model replayed "go to kitchen" in the kitchen instead of focusing (P(focus) 0.37–0.58 with
-        # that sentence, 0.95–0.97 with the plan alone; warm start v3, trap-light-bulb variations 0, 1,
+        # that sentence, 0.95–0.97 with the plan alone; shipped warm start, trap-light-bulb variations 0, 1,
         # 36, 37; water-plant's first step 0.01 → 0.99).
         parts.append("Next time: " + ", then ".join(plan) + ".")
     else:  # no plan, or one that cannot name the finish (ScienceWorld's "move it to …"): the record too
