@@ -25,7 +25,7 @@ What it learns, on the constrained-decoding distribution over the step's valid a
 LoRA adapts the last 12 of the 30 layers (`--last-layers`): autograd stops there, so every later
 backward pass of a run costs 12 layers, not 30, and stores their activations only.
 
-    .venv/bin/python scripts/make_warmstart.py            # ~8 min on a quiet 2-core Xeon (AVX-512), far longer on a shared one; writes assets/warmstart/
+    .venv/bin/python scripts/make_warmstart.py            # writes assets/warmstart/; these defaults were not yet run to the end (docs/notebook/2026-12-03-notes.md)
     .venv/bin/python scripts/make_warmstart.py --epochs 1 --out /tmp/ws   # a quick try elsewhere
 
 The output is a PEFT adapter directory plus `warmstart.json` (what it was trained on, its loss curve).
