@@ -88,7 +88,7 @@ class PolicyConfig:
     from (`adapter` or the warm start, which adapts the embedded model's last 12 of 30), else every layer."""
     gradient_checkpointing: bool = True
     """Recompute the adapted layers in the backward pass instead of keeping their activations
-    (`loading.checkpoint_adapted_layers`). Embedded model, trap, group 8 (bench_lesson part speed):
+    (`lora.checkpoint_adapted_layers`). Embedded model, trap, group 8 (bench_lesson part speed):
     peak RSS of an on-policy iteration 2.38 → 1.94 GB at the same 20 s, with-tips 5.42 → 3.40 GB
     for +5 % time."""
     max_action_tokens: int = 32
