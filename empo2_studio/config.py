@@ -69,7 +69,7 @@ class PolicyConfig:
     """The embedded model name, a Hugging Face model id (offline cache) or a local directory."""
     quantization: Quantization = "auto"
     """Base weights: bitsandbytes nf4 with double quant, LLM.int8, or unquantized. "auto" = 4bit on
-    CUDA, none (float32) on a CPU, where bitsandbytes' 4-bit matmuls run 2.1× slower than float32
+    CUDA (none for the embedded model), none (float32) on a CPU, where bitsandbytes' 4-bit matmuls run 2.1× slower than float32
     (benchmarks/bench_policy.py) and the 135M model fits either way."""
     decoding: Decoding = "constrained"
     """free (the paper): text mapped to the closest valid action; constrained: sampling restricted to

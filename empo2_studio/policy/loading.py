@@ -33,13 +33,28 @@ def resolve_device(device: str) -> str:
     return device
 
 
-def resolve_quantization(quantization: str, device: str) -> str:
-    """"auto" → "4bit" on CUDA, "none" on CPU (float32 is 2.1× faster there: bench_policy.py)."""
+def resolve_quantization(quantization: str, device: str, model: str | None = None) -> str:
+    """"auto" → "4bit" on CUDA, "none" on CPU (float32 is 2.1× faster there: bench_policy.py) and for
+    the embedded `model` on any device (135M parameters fit anywhere, and its warm start was fitted on
+    the float base). ValueError names a bad value."""
     if quantization not in QUANTIZATIONS:
         raise ValueError(f"policy.quantization must be one of {list(QUANTIZATIONS)}, got {quantization!r}")
     if quantization == "auto":
-        return "4bit" if device == "cuda" else "none"
+        return "4bit" if device == "cuda" and model != EMBEDDED_MODEL else "none"
     return quantization
+
+
+def compute_dtype(device: str, model: str | None = None) -> Any:
+    """The torch dtype the base model computes in, which its KV cache and activations inherit:
+    bfloat16 on CUDA (tensor cores, half the memory traffic and cache of float32) when the GPU
+    supports it, else float32; float32 on CPU and for the embedded `model` everywhere (its warm start
+    was fitted on the float32 base, and 135M parameters gain nothing from bf16). LoRA weights stay
+    float32 (peft upcasts adapters), and logits are scored in float32 either way."""
+    import torch
+
+    if device == "cuda" and model != EMBEDDED_MODEL and torch.cuda.is_bf16_supported():
+        return torch.bfloat16
+    return torch.float32
 
 
 def warm_start_dir(cfg: PolicyConfig) -> Path | None:
@@ -64,9 +79,9 @@ def warm_start_dir(cfg: PolicyConfig) -> Path | None:
     return folder
 
 
-def quantization_config(quantization: str) -> Any:
-    """BitsAndBytesConfig for "4bit" (nf4, double quant) / "8bit" (LLM.int8), None for "none"
-    (resolve "auto" with `resolve_quantization` first)."""
+def quantization_config(quantization: str, dtype: Any = None) -> Any:
+    """BitsAndBytesConfig for "4bit" (nf4, double quant, computing in `dtype`, default float32) /
+    "8bit" (LLM.int8), None for "none" (resolve "auto" with `resolve_quantization` first)."""
     import torch
     from transformers import BitsAndBytesConfig
 
@@ -77,25 +92,34 @@ def quantization_config(quantization: str) -> Any:
             load_in_4bit=True,
             bnb_4bit_quant_type="nf4",
             bnb_4bit_use_double_quant=True,
-            bnb_4bit_compute_dtype=torch.float32,
+            bnb_4bit_compute_dtype=dtype or torch.float32,
         )
     if quantization == "8bit":
         return BitsAndBytesConfig(load_in_8bit=True)
     return None
 
 
-def load_base_model(location: Path | str, quantization: str, device: str) -> Any:
-    """The causal LM at `location` (float32, optionally bitsandbytes-quantized), in eval mode."""
+def load_base_model(location: Path | str, quantization: str, device: str, dtype: Any = None) -> Any:
+    """The causal LM at `location` in `dtype` (default float32; see `compute_dtype`), optionally
+    bitsandbytes-quantized, in eval mode.
+
+    On CUDA the weights load straight onto this process's current device (`device_map={"": index}`:
+    under torchrun / accelerate each rank's own GPU, set by `scale.dist.DistContext`), never built on
+    the host first; on CPU they load in place."""
     import torch
     from transformers import AutoModelForCausalLM
 
-    qconfig = quantization_config(quantization)
-    kwargs: dict[str, Any] = {"dtype": torch.float32, "local_files_only": True}
+    dtype = dtype or torch.float32
+    qconfig = quantization_config(quantization, dtype)
+    kwargs: dict[str, Any] = {"dtype": dtype, "local_files_only": True}
     if qconfig is not None:
         kwargs["quantization_config"] = qconfig
+    if device == "cuda":
+        kwargs["device_map"] = {"": torch.cuda.current_device()}
+    elif qconfig is not None:
         kwargs["device_map"] = device
     model = AutoModelForCausalLM.from_pretrained(str(location), **kwargs)
-    if qconfig is None:
+    if "device_map" not in kwargs:
         model.to(device)
     return model.eval()
 
@@ -124,14 +148,14 @@ def load_policy(cfg: PolicyConfig) -> Any:
     from empo2_studio.policy.hf_policy import HFPolicy
 
     device = resolve_device(cfg.device)
-    quantization = resolve_quantization(cfg.quantization, device)  # validate before any slow work
+    quantization = resolve_quantization(cfg.quantization, device, cfg.model)  # validate before any slow work
     warm = warm_start_dir(cfg)
     model_loc, tok_loc = resolve_model(cfg.model)
     tokenizer = load_tokenizer(tok_loc)
     start = cfg.adapter or (str(warm) if warm is not None else None)
     # A run that starts from an adapter takes its layer layout unless the config names one.
     last = cfg.lora_layers if cfg.lora_layers is not None else (adapter_last_layers(start) if start else None)
-    model = add_lora(load_base_model(model_loc, quantization, device), cfg, last)
+    model = add_lora(load_base_model(model_loc, quantization, device, compute_dtype(device, cfg.model)), cfg, last)
     policy = HFPolicy(
         model,
         tokenizer,
