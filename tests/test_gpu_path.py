@@ -101,3 +101,27 @@ def test_the_kv_cache_and_logits_dtypes_follow_the_model():
     sampler.feed(state, [1, 2, 3])
     assert state.cache.layers[0].keys.dtype is torch.bfloat16 and state.cache.layers[0].keys.shape[2] == 3
     assert state.logits.dtype is torch.float32 and state.logits.shape == (32,)
+
+
+# ---- item 3: a CPU policy under torchrun on a GPU machine -------------------------------------------
+
+
+def test_the_policy_device_decides_cpu_or_gpu_collectives(monkeypatch):
+    from empo2_studio.scale.dist import wants_cpu
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert (wants_cpu("cpu"), wants_cpu("auto"), wants_cpu("cuda")) == (True, False, False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert wants_cpu("auto") is True
+
+
+def test_torchrun_with_a_cpu_policy_on_a_cuda_machine_joins_with_gloo_on_cpu(tmp_path):
+    from test_scale_grad import torchrun
+
+    worker = ROOT / "tests" / "scale_workers" / "device_worker.py"
+    proc = torchrun(2, str(worker), str(tmp_path), "cpu", timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    import json
+
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert ranks == [{"rank": r, "world": 2, "device": "cpu", "backend": "gloo"} for r in (0, 1)]
