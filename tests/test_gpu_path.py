@@ -125,3 +125,98 @@ def test_torchrun_with_a_cpu_policy_on_a_cuda_machine_joins_with_gloo_on_cpu(tmp
 
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert ranks == [{"rank": r, "world": 2, "device": "cpu", "backend": "gloo"} for r in (0, 1)]
+
+
+# ---- item 2: a checkpoint written on a GPU resumes on a CPU -----------------------------------------
+
+
+def _as_if_saved_on_cuda(monkeypatch):
+    """torch.save records each storage's device as a location tag; tag every one "cuda:0", as a
+    GPU-trained run writes them. Loading such a file without map_location fails on a CPU machine."""
+    import torch.serialization as ser
+
+    monkeypatch.setattr(ser, "location_tag", lambda storage: "cuda:0")
+
+
+def test_a_checkpoint_saved_on_cuda_resumes_on_cpu(tmp_path, tiny_policy, monkeypatch):
+    from test_trainer import make_trainer
+
+    from empo2_studio.memory import make_embedder
+    from empo2_studio.policy import build_tiny_policy
+    from empo2_studio.sessions import Session
+    from empo2_studio.trainer import STATE_FILE, Trainer
+
+    trainer = make_trainer(tmp_path, tiny_policy)
+    trainer.step()
+    with monkeypatch.context() as m:
+        _as_if_saved_on_cuda(m)
+        path = trainer.save_checkpoint()
+    with pytest.raises(RuntimeError, match="CUDA"):  # the file really names a CUDA device
+        torch.load(path / STATE_FILE, weights_only=False)
+    saved = {k: v["exp_avg"].clone() for k, v in trainer.optimizer.state_dict()["state"].items()}
+    resumed = Trainer.resume(Session.open(tmp_path / "sessions", "t"), policy=build_tiny_policy(seed=0),
+                             embedder=make_embedder("hash"))  # fmt: skip
+    state = resumed.optimizer.state_dict()["state"]
+    assert resumed.iteration == 1 and state.keys() == saved.keys()
+    assert all(state[k]["exp_avg"].device.type == "cpu" and torch.equal(state[k]["exp_avg"], saved[k]) for k in saved)
+
+
+def test_a_distributed_checkpoint_saved_on_cuda_resumes_on_cpu(tmp_path, tiny_policy, monkeypatch):
+    from test_trainer import small_cfg
+
+    from empo2_studio.memory import make_embedder
+    from empo2_studio.policy import build_tiny_policy
+    from empo2_studio.scale.dist import DistContext
+    from empo2_studio.scale.trainer import DistributedTrainer
+    from empo2_studio.sessions import Session
+
+    ctx = DistContext(rank=0, world_size=1, device=torch.device("cpu"), backend="none")
+    session = Session.create(tmp_path / "sessions", small_cfg())
+    trainer = DistributedTrainer(session.config, session, ctx=ctx, policy=tiny_policy, embedder=make_embedder("hash"))
+    trainer.step()
+    with monkeypatch.context() as m:
+        _as_if_saved_on_cuda(m)
+        trainer.save_checkpoint()
+    resumed = DistributedTrainer.resume(Session.open(tmp_path / "sessions", "t"), ctx=ctx,
+                                        policy=build_tiny_policy(seed=0), embedder=make_embedder("hash"))  # fmt: skip
+    assert resumed.iteration == 1 and len(resumed.optimizer.state) > 0
+
+
+def test_the_distributed_trainer_runs_the_one_process_loop_and_checkpoints_like_it(tmp_path, tiny_policy):
+    """`DistributedTrainer.train` is `Trainer.train` (checkpoint every iteration here, stop agreed by
+    the ranks): a set stop event runs no step; two iterations leave checkpoints 1 and 2."""
+    import threading
+
+    from test_trainer import small_cfg
+
+    from empo2_studio.memory import make_embedder
+    from empo2_studio.scale.dist import DistContext
+    from empo2_studio.scale.trainer import DistributedTrainer
+    from empo2_studio.sessions import Session
+    from empo2_studio.trainer import Trainer
+
+    assert DistributedTrainer.train is Trainer.train
+    ctx = DistContext(rank=0, world_size=1, device=torch.device("cpu"), backend="none")
+    session = Session.create(tmp_path / "sessions", small_cfg())
+    trainer = DistributedTrainer(session.config, session, ctx=ctx, policy=tiny_policy, embedder=make_embedder("hash"))
+    stop = threading.Event()
+    stop.set()
+    assert trainer.train(2, stop=stop) == [] and session.checkpoints() == []
+    assert [r.iteration for r in trainer.train(2)] == [1, 2]
+    assert [i for i, _ in session.checkpoints()] == [1, 2]
+
+
+# ---- item 10: accelerate launch keeps the model's own precision -------------------------------------
+
+
+def test_the_ddp_accelerator_ignores_a_mixed_precision_config(monkeypatch):
+    from accelerate.state import AcceleratorState
+
+    from empo2_studio.scale.sync import make_accelerator
+
+    monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "bf16")  # what `accelerate config` may export
+    try:
+        acc = make_accelerator(cpu=True, kwargs_handlers=[])
+        assert acc.mixed_precision == "no" and acc.native_amp is False
+    finally:
+        AcceleratorState._reset_state(True)

@@ -190,22 +190,9 @@ class DistributedTrainer(Trainer):
         self.policy.publish_adapter(str(path), name, load=self.ctx.is_main)
         self.ctx.barrier()
 
-    def train(self, iterations: int, *, stop: threading.Event | None = None,
-              on_report: Callable[[IterationReport], None] | None = None) -> list[IterationReport]:  # fmt: skip
-        """`Trainer.train` where the ranks agree on stopping (any rank's stop event stops all)."""
-        reports = []
-        for _ in range(iterations):
-            if self.sync.any(stop is not None and stop.is_set()):
-                break
-            report = self.step()
-            reports.append(report)
-            if on_report is not None:
-                on_report(report)
-            if self.iteration % self.cfg.train.checkpoint_every == 0:
-                self.save_checkpoint()
-        if reports and self.iteration % self.cfg.train.checkpoint_every != 0:
-            self.save_checkpoint()
-        return reports
+    def _should_stop(self, stop: threading.Event | None) -> bool:
+        """`Trainer.train` runs the loop; the ranks agree on stopping (any rank's stop event stops all)."""
+        return self.sync.any(stop is not None and stop.is_set())
 
     def distill(self, episode_ids: Any) -> IterationReport:
         raise NotImplementedError("distill runs in one process: `empo2-studio distill --session RUN_ID …`")
@@ -238,7 +225,7 @@ class DistributedTrainer(Trainer):
         ctx = kw["ctx"]
         view = session if ctx.is_main else ReadOnlySession(session)
         trainer = super().resume(view, **kw)
-        state = torch.load(session.adapter_dir(trainer.iteration) / STATE_FILE, weights_only=False)
+        state = torch.load(session.adapter_dir(trainer.iteration) / STATE_FILE, weights_only=False, map_location="cpu")
         ranks = state.get("novelty_ranks", [state["novelty"]])
         if len(ranks) != ctx.world_size:
             raise ValueError(f"the checkpoint was written by {len(ranks)} process(es); resume it with {len(ranks)}, not {ctx.world_size}")
