@@ -220,3 +220,85 @@ def test_the_ddp_accelerator_ignores_a_mixed_precision_config(monkeypatch):
         assert acc.mixed_precision == "no" and acc.native_amp is False
     finally:
         AcceleratorState._reset_state(True)
+
+
+# ---- item 4: host <-> device transfers of the decoding loop --------------------------------------------
+
+
+class TransferCounter:
+    """Counts, in the sampling code only, what would move data between the host and a GPU: reads of
+    tensor values into Python (`item`, `tolist`, `int(t)`, …: each a device sync on CUDA) and uploads
+    (`batch_cache.upload`, `Tensor.to`, `torch.tensor(..., device=...)`). On a CPU they cost nothing,
+    which is how a per-token sync crept in unnoticed."""
+
+    FILES = ("policy/sampling.py", "policy/batch_cache.py")
+    READS = ("item", "tolist", "cpu", "numpy", "__int__", "__float__", "__bool__", "__index__", "nonzero")
+
+    def __init__(self, monkeypatch):
+        import empo2_studio.policy.batch_cache as batch_cache
+        import empo2_studio.policy.sampling as sampling
+
+        self.reads = self.uploads = 0
+        for name in self.READS:
+            monkeypatch.setattr(torch.Tensor, name, self._counted(getattr(torch.Tensor, name), "reads"))
+        monkeypatch.setattr(torch.Tensor, "to", self._counted(torch.Tensor.to, "uploads"))
+        real_tensor = torch.tensor
+
+        def tensor(*a, **kw):
+            if kw.get("device") is not None and self._ours():
+                self.uploads += 1
+            return real_tensor(*a, **kw)
+
+        monkeypatch.setattr(torch, "tensor", tensor)
+        counted_upload = self._counted(batch_cache.upload, "uploads", depth=2)
+        monkeypatch.setattr(batch_cache, "upload", counted_upload)
+        monkeypatch.setattr(sampling, "upload", counted_upload)
+
+    def _ours(self, depth: int = 2) -> bool:
+        return sys._getframe(depth).f_code.co_filename.replace(os.sep, "/").endswith(self.FILES)
+
+    def _counted(self, fn, counter: str, depth: int = 2):
+        def wrapper(*a, **kw):
+            if self._ours(depth):
+                setattr(self, counter, getattr(self, counter) + 1)
+            return fn(*a, **kw)
+
+        return wrapper
+
+
+def _requests(n: int):
+    from empo2_studio.policy import ActionRequest, Turn
+
+    valid = ("go to kitchen", "go to hallway", "look around", "open door", "pick up red bulb")
+    return [ActionRequest(f"ep{i}", (Turn(f"Task: turn on the bulb. You are in room {i}.", None, valid),)) for i in range(n)]
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_decoding_reads_the_device_once_per_position_whatever_the_batch(monkeypatch, temperature):
+    """Free decoding with no stop token: every one of B = 5 episodes decodes all M = 7 positions. One
+    read per position (the drawn tokens and log-probs together), uploads bounded by two per position
+    plus one per episode for the batch set-up and finish — not per episode and token."""
+    from empo2_studio.policy import build_tiny_policy
+
+    policy = build_tiny_policy("free", seed=2, max_action_tokens=7)
+    reqs = _requests(5)
+    prompts = [policy.prompt_ids(r.turns) for r in reqs]
+    counter = TransferCounter(monkeypatch)
+    out = policy.sampler.sample_batch(
+        [r.key for r in reqs], prompts, [None] * 5, temperature=temperature, max_tokens=7,
+        stop_ids=frozenset(), newline_ids=frozenset(), blank_ids=frozenset(), generator=policy.generator,
+    )  # fmt: skip
+    assert [len(toks) for toks, _ in out] == [7] * 5
+    assert counter.reads == 7
+    assert counter.uploads <= 2 * 7 + 5 + 2
+
+
+def test_constrained_decoding_reads_at_most_once_per_position(monkeypatch):
+    from empo2_studio.policy import build_tiny_policy
+
+    policy = build_tiny_policy("constrained", seed=3, max_action_tokens=32)
+    counter = TransferCounter(monkeypatch)
+    samples = policy.sample(_requests(6), temperature=1.0)
+    longest = max(len(s.token_ids) for s in samples)
+    assert 0 < counter.reads <= longest  # forced positions (one allowed token) read nothing
+    assert counter.uploads <= 2 * longest + 6 + 2
