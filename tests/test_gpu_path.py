@@ -302,3 +302,116 @@ def test_constrained_decoding_reads_at_most_once_per_position(monkeypatch):
     longest = max(len(s.token_ids) for s in samples)
     assert 0 < counter.reads <= longest  # forced positions (one allowed token) read nothing
     assert counter.uploads <= 2 * longest + 6 + 2
+
+
+# ---- item 13: the model call matches the transformers the project requires ------------------------------
+
+
+def test_the_installed_transformers_takes_the_cache_keyword_and_meets_the_pin():
+    import inspect
+    import re
+
+    import transformers
+    from transformers import LlamaForCausalLM, Qwen2ForCausalLM
+
+    for cls in (LlamaForCausalLM, Qwen2ForCausalLM):
+        assert "cache" in inspect.signature(cls.forward).parameters, cls.__name__
+    pin = re.search(r'"transformers>=([\d.]+),', (ROOT / "pyproject.toml").read_text()).group(1)
+    have = tuple(int(x) for x in re.findall(r"\d+", transformers.__version__)[:2])
+    assert have >= tuple(int(x) for x in pin.split(".")[:2])
+
+
+# ---- the prepared one-GPU check ----------------------------------------------------------------------
+
+
+def test_the_gpu_check_skips_cleanly_without_a_gpu(tmp_path):
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHON": sys.executable, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh"), str(tmp_path)], env=env,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "no CUDA device: skipped (scripts/gpu_check.sh needs one GPU; see docs/gpu.md)"
+
+
+# ---- on a GPU (scripts/gpu_check.sh runs these) ------------------------------------------------------
+
+cuda_only = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+
+def _tiny_on_cuda(decoding: str, seed: int, **kw):
+    from empo2_studio.policy import build_tiny_policy
+
+    policy = build_tiny_policy(decoding, seed=seed, **kw)
+    policy.model.to("cuda")
+    return policy
+
+
+@pytest.mark.gpu
+@cuda_only
+@pytest.mark.parametrize("decoding", ["constrained", "free"])
+def test_cuda_behaviour_logprobs_equal_the_rescore(decoding):
+    from empo2_studio.policy import Turn
+
+    policy = _tiny_on_cuda(decoding, seed=4, max_action_tokens=6)
+    reqs = _requests(4)
+    samples = policy.sample(reqs, temperature=1.0)
+    convs = [[Turn(r.turns[-1].user_text, s.token_ids, r.turns[-1].valid_actions)] for r, s in zip(reqs, samples)]
+    with torch.no_grad():
+        scored = policy.score(convs)
+    for s, per_turn in zip(samples, scored):
+        assert per_turn[0].device.type == "cuda"
+        torch.testing.assert_close(per_turn[0].cpu().double(), torch.tensor(s.logprobs, dtype=torch.float64), atol=1e-4, rtol=0)
+
+
+@pytest.mark.gpu
+@cuda_only
+def test_cuda_sampling_is_reproducible_and_batched_equals_single():
+    a, b = _tiny_on_cuda("constrained", seed=9), _tiny_on_cuda("constrained", seed=9)
+    b.sampler.batched = False
+    greedy_a, greedy_b = a.sample(_requests(5), temperature=0), b.sample(_requests(5), temperature=0)
+    assert [s.token_ids for s in greedy_a] == [s.token_ids for s in greedy_b]
+    first, second = _tiny_on_cuda("free", seed=1), _tiny_on_cuda("free", seed=1)
+    first.generator.manual_seed(5)
+    second.generator.manual_seed(5)
+    assert [s.token_ids for s in first.sample(_requests(4), temperature=1.0)] == [
+        s.token_ids for s in second.sample(_requests(4), temperature=1.0)]
+
+
+@pytest.mark.gpu
+@cuda_only
+def test_cuda_decoding_syncs_once_per_position():
+    """torch's sync debug mode warns at every host-device synchronisation: one per position at most
+    (plus a few for setting up the batch and cutting finished episodes out)."""
+    import warnings
+
+    policy = _tiny_on_cuda("free", seed=2, max_action_tokens=8)
+    reqs = _requests(6)
+    prompts = [policy.prompt_ids(r.turns) for r in reqs]
+    policy.sample(reqs, temperature=1.0)  # warm-up (kernels, allocator)
+    policy.clear_cache()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            policy.sampler.sample_batch([r.key for r in reqs], prompts, [None] * 6, temperature=1.0, max_tokens=8,
+                                        stop_ids=frozenset(), newline_ids=frozenset(), blank_ids=frozenset(),
+                                        generator=policy.generator)  # fmt: skip
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+    syncs = [w for w in caught if "synchroniz" in str(w.message)]
+    assert len(syncs) <= 8 + 6 + 4, [str(w.message)[:120] for w in syncs[:20]]
+
+
+@pytest.mark.gpu
+@cuda_only
+def test_cuda_load_puts_bf16_weights_on_the_current_device(tmp_path):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                      num_attention_heads=2, num_key_value_heads=1)  # fmt: skip
+    LlamaForCausalLM(cfg).save_pretrained(tmp_path)
+    model = loading.load_base_model(tmp_path, "none", "cuda", loading.compute_dtype("cuda", str(tmp_path)))
+    devices = {p.device for p in model.parameters()}
+    assert devices == {torch.device("cuda", torch.cuda.current_device())}
+    if torch.cuda.is_bf16_supported():
+        assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+
