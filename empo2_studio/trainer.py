@@ -177,7 +177,7 @@ class Trainer:
         """
         reports = []
         for _ in range(iterations):
-            if self._should_stop(stop):
+            if stop is not None and stop.is_set():
                 break
             report = self.step()
             reports.append(report)
@@ -188,10 +188,6 @@ class Trainer:
         if reports and self.iteration % self.cfg.train.checkpoint_every != 0:
             self.save_checkpoint()
         return reports
-
-    def _should_stop(self, stop: threading.Event | None) -> bool:
-        """Whether `train` stops before the next step (the distributed trainer asks every rank)."""
-        return stop is not None and stop.is_set()
 
     def _phase(self, line: str) -> None:
         if self.on_phase is not None:
@@ -385,8 +381,7 @@ class Trainer:
             raise ValueError(f"session {session.dir} has no complete checkpoint to resume from")
         iteration, path = latest
         trainer.policy.load_adapter(str(path))
-        # map_location: a state written on a GPU resumes anywhere (and never lands on cuda:0 from every
-        # rank); the optimizer's load_state_dict moves each state tensor to its parameter's device.
+        # map_location: a GPU-written state resumes anywhere; the optimizer moves it to its parameters
         state = torch.load(Path(path) / STATE_FILE, weights_only=False, map_location="cpu")
         trainer.iteration = int(state["iteration"])
         trainer.rng.setstate(state["rng"])

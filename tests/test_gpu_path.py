@@ -182,9 +182,9 @@ def test_a_distributed_checkpoint_saved_on_cuda_resumes_on_cpu(tmp_path, tiny_po
     assert resumed.iteration == 1 and len(resumed.optimizer.state) > 0
 
 
-def test_the_distributed_trainer_runs_the_one_process_loop_and_checkpoints_like_it(tmp_path, tiny_policy):
-    """`DistributedTrainer.train` is `Trainer.train` (checkpoint every iteration here, stop agreed by
-    the ranks): a set stop event runs no step; two iterations leave checkpoints 1 and 2."""
+def test_the_distributed_trainer_runs_the_one_process_loop_and_checkpoints_like_it(tmp_path, tiny_policy, monkeypatch):
+    """`DistributedTrainer.train` runs `Trainer.train`'s loop (checkpoint every iteration here) with a
+    stop the ranks agree on: a set stop event runs no step; two iterations leave checkpoints 1 and 2."""
     import threading
 
     from test_trainer import small_cfg
@@ -195,7 +195,14 @@ def test_the_distributed_trainer_runs_the_one_process_loop_and_checkpoints_like_
     from empo2_studio.sessions import Session
     from empo2_studio.trainer import Trainer
 
-    assert DistributedTrainer.train is Trainer.train
+    loops = []
+    real_train = Trainer.train
+
+    def spy(self, iterations, **kw):
+        loops.append(iterations)
+        return real_train(self, iterations, **kw)
+
+    monkeypatch.setattr(Trainer, "train", spy)
     ctx = DistContext(rank=0, world_size=1, device=torch.device("cpu"), backend="none")
     session = Session.create(tmp_path / "sessions", small_cfg())
     trainer = DistributedTrainer(session.config, session, ctx=ctx, policy=tiny_policy, embedder=make_embedder("hash"))
@@ -203,7 +210,7 @@ def test_the_distributed_trainer_runs_the_one_process_loop_and_checkpoints_like_
     stop.set()
     assert trainer.train(2, stop=stop) == [] and session.checkpoints() == []
     assert [r.iteration for r in trainer.train(2)] == [1, 2]
-    assert [i for i, _ in session.checkpoints()] == [1, 2]
+    assert [i for i, _ in session.checkpoints()] == [1, 2] and loops == [2, 2]
 
 
 # ---- item 10: accelerate launch keeps the model's own precision -------------------------------------

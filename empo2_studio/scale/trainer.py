@@ -92,6 +92,17 @@ class ReadOnlyStore:
         return []
 
 
+class _AgreedStop:
+    """A stop event read by every rank at once: `is_set` is True on all ranks when any rank's `stop`
+    is set (an all-reduce; `Trainer.train` asks once per iteration on every rank)."""
+
+    def __init__(self, sync: GradSync, stop: threading.Event | None) -> None:
+        self.sync, self.stop = sync, stop
+
+    def is_set(self) -> bool:
+        return self.sync.any(self.stop is not None and self.stop.is_set())
+
+
 class DistributedTrainer(Trainer):
     """`Trainer` over the ranks of `ctx` (a `dist.DistContext`); same arguments plus `ctx`.
 
@@ -190,9 +201,10 @@ class DistributedTrainer(Trainer):
         self.policy.publish_adapter(str(path), name, load=self.ctx.is_main)
         self.ctx.barrier()
 
-    def _should_stop(self, stop: threading.Event | None) -> bool:
-        """`Trainer.train` runs the loop; the ranks agree on stopping (any rank's stop event stops all)."""
-        return self.sync.any(stop is not None and stop.is_set())
+    def train(self, iterations: int, *, stop: threading.Event | None = None,
+              on_report: Callable[[IterationReport], None] | None = None) -> list[IterationReport]:  # fmt: skip
+        """`Trainer.train`, where the ranks agree on stopping: any rank's stop event stops all."""
+        return super().train(iterations, stop=_AgreedStop(self.sync, stop), on_report=on_report)
 
     def distill(self, episode_ids: Any) -> IterationReport:
         raise NotImplementedError("distill runs in one process: `empo2-studio distill --session RUN_ID …`")
