@@ -55,6 +55,7 @@ def run_empo2(a: argparse.Namespace) -> dict:
     from empo2_studio.trainer import Trainer
 
     task, limit = TASKS[a.env]
+    limit = a.step_limit or limit
     cfg = RunConfig(
         run_id=f"gpu-check-{a.env}",
         env=EnvConfig(name=a.env, task=task, variations=(0,), step_limit=limit),
@@ -147,6 +148,7 @@ def main() -> None:
     ap.add_argument("--model", required=True, help="a local model directory")
     ap.add_argument("--env", choices=tuple(TASKS), default="trap")
     ap.add_argument("--group", type=int, default=8)
+    ap.add_argument("--step-limit", type=int, default=None, help="steps per episode (default: 20 trap, 15 ScienceWorld)")
     ap.add_argument("--quantization", default="auto", choices=("auto", "4bit", "8bit", "none"))
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--device", default="cuda", help=argparse.SUPPRESS)  # "cpu": a dry run of this script
