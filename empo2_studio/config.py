@@ -69,7 +69,7 @@ class PolicyConfig:
     """The embedded model name, a Hugging Face model id (offline cache) or a local directory."""
     quantization: Quantization = "auto"
     """Base weights: bitsandbytes nf4 with double quant, LLM.int8, or unquantized. "auto" = 4bit on
-    CUDA, none (float32) on a CPU, where bitsandbytes' 4-bit matmuls run 2.1× slower than float32
+    CUDA (none for the embedded model), none (float32) on a CPU, where bitsandbytes' 4-bit matmuls run 2.1× slower than float32
     (benchmarks/bench_policy.py) and the 135M model fits either way."""
     decoding: Decoding = "constrained"
     """free (the paper): text mapped to the closest valid action; constrained: sampling restricted to
@@ -88,7 +88,7 @@ class PolicyConfig:
     from (`adapter` or the warm start, which adapts the embedded model's last 12 of 30), else every layer."""
     gradient_checkpointing: bool = True
     """Recompute the adapted layers in the backward pass instead of keeping their activations
-    (`loading.checkpoint_adapted_layers`). Embedded model, trap, group 8 (bench_lesson part speed):
+    (`lora.checkpoint_adapted_layers`). Embedded model, trap, group 8 (bench_lesson part speed):
     peak RSS of an on-policy iteration 2.38 → 1.94 GB at the same 20 s, with-tips 5.42 → 3.40 GB
     for +5 % time."""
     max_action_tokens: int = 32

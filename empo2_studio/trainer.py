@@ -381,7 +381,8 @@ class Trainer:
             raise ValueError(f"session {session.dir} has no complete checkpoint to resume from")
         iteration, path = latest
         trainer.policy.load_adapter(str(path))
-        state = torch.load(Path(path) / STATE_FILE, weights_only=False)
+        # map_location: a GPU-written state resumes anywhere; the optimizer moves it to its parameters
+        state = torch.load(Path(path) / STATE_FILE, weights_only=False, map_location="cpu")
         trainer.iteration = int(state["iteration"])
         trainer.rng.setstate(state["rng"])
         trainer.optimizer.load_state_dict(state["optimizer"])
