@@ -1,0 +1,239 @@
+"""Does the policy read a note in plain words? Held-out wordings, test layouts, the embedded model.
+
+Issue 25 bar 1. The notes are the hand-written wordings of `benchmarks/data/heldout_notes.json` (kept
+apart from the warm start's training wordings, `assets/warmstart/note_wordings.py`), filled per
+layout, plus two references: the template a teacher's pre-filled tip uses (`TrapEnv.curated_tip`) and
+no note at all.
+
+Part "probs": on each test layout, the task's shortest winning path played with the note pinned in
+the compact prompt at every step; the probability the policy gives each gold action under constrained
+decoding (token-level, as the studio samples) at temperature 1. Reported per wording: P(first action),
+P(focus on the target | in its room), P(finishing action), mean and minimum over the layouts; with the
+plan-cutting of `prompts.remaining_plan` off (the note shown whole at every step), and for the template
+also on (as the rollout shows it while `remaining_plan` is in use).
+
+Part "play": memory episodes with one note pinned (the wording, filled for the layout), `--episodes`
+per layout and seed, success rate per wording and task (mean and min–max over seeds); the "no note" row
+is the naive rate.
+
+Run:  .venv/bin/python benchmarks/bench_notes.py --parts probs     (~9 min per task on a busy 2-core machine)
+      .venv/bin/python benchmarks/bench_notes.py --parts play --rows 00 02 03 05    (a few wordings; play is the slow part)
+      .venv/bin/python benchmarks/bench_notes.py --warm-start /tmp/ws               (another adapter)
+Results go to stdout and `<sessions root>/bench_notes-<time>/notes.md` (+ notes.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import torch  # noqa: E402
+
+from empo2_studio.config import RunConfig  # noqa: E402
+from empo2_studio.envs.trap import CAN, START_ROOM, TASKS, TrapEnv  # noqa: E402
+from empo2_studio.policy import Turn, load_policy, prompts  # noqa: E402
+from empo2_studio.rollout import play_group, seed_policy  # noqa: E402
+from empo2_studio.sessions import default_sessions_root  # noqa: E402
+from empo2_studio.types import RetrievedTip  # noqa: E402
+
+HELDOUT = Path(__file__).resolve().parent / "data" / "heldout_notes.json"
+TEMPLATE, TEMPLATE_CUT, NO_NOTE = "template (curated_tip)", "template, remaining_plan on", "no note"
+
+
+def load_wordings(path: Path = HELDOUT) -> dict[str, list[dict[str, Any]]]:
+    """Task → its held-out wordings ({"style", "text" or "by_can"}); ValueError on a task not in TASKS."""
+    data = json.loads(Path(path).read_text())
+    out = {k: v for k, v in data.items() if k != "about"}
+    bad = sorted(set(out) - set(TASKS))
+    if bad:
+        raise ValueError(f"{path}: unknown task(s) {bad}; valid: {', '.join(TASKS)}")
+    return out
+
+
+def can_case(task: str, variation: int) -> str:
+    """Where the watering can starts relative to the flower: "hallway", "target_room" or "elsewhere"."""
+    lay = TrapEnv().layout(task, variation)
+    can = lay.objects.get(CAN)
+    return "hallway" if can == START_ROOM else "target_room" if can == lay.target_room else "elsewhere"
+
+
+def fill(wording: dict[str, Any], task: str, variation: int) -> str:
+    """The wording's text for one layout, placeholders filled ({target}, {attr}, {room}, {can_room})."""
+    lay = TrapEnv().layout(task, variation)
+    text = wording["by_can"][can_case(task, variation)] if "by_can" in wording else wording["text"]
+    attr = lay.target.replace(" light bulb", "").replace(" flower", "")
+    return text.format(target=lay.target, attr=attr, room=lay.target_room, can_room=lay.objects.get(CAN, ""))
+
+
+def notes_for_layout(task: str, variation: int, wordings: Sequence[dict[str, Any]]) -> dict[str, str | None]:
+    """Row label → the note on this layout (None: no note), references first. Every row is shown whole
+    at every step except TEMPLATE_CUT, shown as `prompts.remaining_plan` cuts it (the held-out wordings
+    have no "…: a, then b" plan for it to cut)."""
+    tip = TrapEnv().curated_tip(task, variation)
+    rows: dict[str, str | None] = {TEMPLATE: tip, TEMPLATE_CUT: tip, NO_NOTE: None}
+    for i, w in enumerate(wordings):
+        rows[f"{i:02d} {w['style']}"] = fill(w, task, variation)
+    return rows
+
+
+def gold_conversation(policy, task: str, variation: int, note: str | None, plan_progress: bool) -> list[Turn]:
+    """The shortest winning path as policy turns, `note` pinned at every step (compact prompt)."""
+    env = TrapEnv()
+    obs = env.reset(task, variation)
+    fmt = policy.chat_format
+    turns: list[Turn] = []
+    played: list[str] = []
+    for k, action in enumerate(env.gold_path(task, variation)):
+        user = prompts.first_user_message("trap", obs, ()) if k == 0 else prompts.step_user_message(obs, "trap")
+        if note is not None:
+            tip = RetrievedTip("note", note, 100.0, 1.0, True)
+            tip = prompts.with_plan_progress(tip, played) if plan_progress else tip
+            user = prompts.with_tips(user, [tip], "compact")
+        turns.append(Turn(user, fmt.encode(action) + (fmt.eot_id,), obs.valid_actions))
+        obs = env.step(action).observation
+        played.append(action)
+    return turns
+
+
+def key_steps(task: str, variation: int) -> dict[str, int]:
+    """Index in the gold path of the first action, the focus on the target and the finishing action."""
+    gold = TrapEnv().gold_path(task, variation)
+    return {"first": 0, "focus": next(i for i, a in enumerate(gold) if a.startswith("focus on")), "finish": len(gold) - 1}
+
+
+def layout_probs(policy, task: str, variation: int, notes: dict[str, str | None]) -> dict[str, dict[str, float]]:
+    """Row → {"first", "focus", "finish"} token-level P(gold action) on one layout (one packed score call)."""
+    convs = [gold_conversation(policy, task, variation, n, row == TEMPLATE_CUT) for row, n in notes.items()]
+    with torch.no_grad():
+        scored = policy.score(convs)
+    steps = key_steps(task, variation)
+    return {
+        row: {k: float(lps[i].sum().exp()) for k, i in steps.items()} for row, lps in zip(notes, scored, strict=True)
+    }
+
+
+def part_probs(args, policy, wordings) -> tuple[list[str], dict]:
+    out: dict = {}
+    lines = [
+        f"### P(gold action), token-level, T = 1, test variations {args.variations}, one note pinned, shown whole "
+        "(remaining_plan off) except on the row that says so (mean over layouts, min in brackets)",
+        "",
+        "| task | note | P(first action) | P(focus on target, in its room) | P(finishing action) |",
+        "|---|---|---|---|---|",
+    ]
+    for task in args.tasks:
+        per: dict[str, list[dict[str, float]]] = {}
+        for v in args.variations:
+            for row, p in layout_probs(policy, task, v, notes_for_layout(task, v, wordings[task])).items():
+                per.setdefault(row, []).append(p)
+        out[task] = per
+        for row, ps in per.items():
+            cells = [f"{statistics.fmean(p[k] for p in ps):.2f} ({min(p[k] for p in ps):.2f})" for k in ("first", "focus", "finish")]
+            lines.append(f"| {task} | {row} | " + " | ".join(cells) + " |")
+            print(lines[-1], flush=True)
+    return lines, out
+
+
+class PinnedNote:
+    """A tip memory holding one curated note, pinned at every step (what `TipStore` retrieves for a
+    partition whose only tip is a teacher's)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def retrieve_explained(self, task: str, variation: int, query_texts: Sequence[str]):
+        return [([RetrievedTip("note", self.text, 100.0, 1.0, True)], []) for _ in query_texts]
+
+    def add_episode_tips(self, episode, tip_text: str, key_text: str):  # pragma: no cover - never written
+        raise RuntimeError("the benchmark's pinned note is read-only")
+
+
+def success(policy, task: str, variation: int, note: str | None, args, seed: int, cut: bool) -> list[bool]:
+    """Who won among `args.episodes` episodes with `note` pinned (naive when None); `cut`: the rollout
+    shows the note as `prompts.remaining_plan` cuts it, else whole at every step."""
+    envs = [TrapEnv(step_limit=args.step_limit) for _ in range(args.episodes)]
+    seed_policy(policy, seed)
+    saved = prompts.with_plan_progress
+    if not cut:
+        prompts.with_plan_progress = lambda tip, played: tip
+    try:
+        eps = play_group(
+            envs, policy, PinnedNote(note) if note else None, task=task, variation=variation, split="test",
+            rollout_mode="memory" if note else "naive", update_mode=None, temperature=args.temperature, seed=seed,
+        )  # fmt: skip
+    finally:
+        prompts.with_plan_progress = saved
+    return [ep.won for ep in eps]
+
+
+def part_play(args, policy, wordings) -> tuple[list[str], dict]:
+    vs = args.play_variations
+    lines = [
+        f"### Memory success, one pinned note, test variations {vs}, {args.episodes} episodes × {len(args.seeds)} seeds "
+        f"per layout, step limit {args.step_limit}, T = {args.temperature} (mean over seeds, min–max)",
+        "",
+        "| note | " + " | ".join(args.tasks) + " |",
+        "|---|" + "---|" * len(args.tasks),
+    ]
+    table: dict[str, dict[str, list[float]]] = {}
+    for task in args.tasks:
+        for seed in args.seeds:
+            won: dict[str, list[bool]] = {}
+            for v in vs:
+                notes = notes_for_layout(task, v, wordings[task])
+                for row in [r for r in notes if args.rows is None or r[:2] in args.rows or r in (TEMPLATE, TEMPLATE_CUT, NO_NOTE)]:
+                    won.setdefault(row, []).extend(success(policy, task, v, notes[row], args, seed * 1000 + v, row == TEMPLATE_CUT))
+            for row, w in won.items():
+                table.setdefault(row, {}).setdefault(task, []).append(sum(w) / len(w))
+        print(f"  {task}: " + ", ".join(f"{r[:14]} {statistics.fmean(x[task]):.2f}" for r, x in table.items()), flush=True)
+    for row, per in table.items():
+        cells = [f"{statistics.fmean(per[t]):.2f} ({min(per[t]):.2f}–{max(per[t]):.2f})" if t in per else "" for t in args.tasks]
+        lines.append(f"| {row} | " + " | ".join(cells) + " |")
+    return lines, table
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--parts", nargs="+", default=["probs", "play"], choices=["probs", "play"])
+    ap.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
+    ap.add_argument("--variations", type=int, nargs="+", default=[36, 40, 44], help="test layouts scored (36-47)")
+    ap.add_argument("--play-variations", type=int, nargs="+", default=[36, 40, 44], help="test layouts played")
+    ap.add_argument("--rows", nargs="*", default=None, help="wording numbers played (e.g. 00 03); default all")
+    ap.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--episodes", type=int, default=4, help="episodes per layout, note and seed")
+    ap.add_argument("--step-limit", type=int, default=8)
+    ap.add_argument("--temperature", type=float, default=1.0)
+    ap.add_argument("--warm-start", default=RunConfig().policy.warm_start, help="auto (the shipped adapter) | none | DIR")
+    ap.add_argument("--wordings", type=Path, default=HELDOUT)
+    ap.add_argument("--root", type=Path, default=None, help="sessions root (default: $EMPO2_SESSIONS_DIR or ./sessions)")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(max(1, min(args.threads, os.cpu_count() or 1)))
+    wordings = load_wordings(args.wordings)
+    root = (args.root or default_sessions_root()) / time.strftime("bench_notes-%Y%m%d-%H%M%S")
+    root.mkdir(parents=True, exist_ok=True)
+    policy = load_policy(dataclasses.replace(RunConfig().policy, warm_start=args.warm_start))
+    report = [f"# bench_notes ({time.strftime('%Y-%m-%d %H:%M')}, warm start {args.warm_start}, policy {policy.version})", ""]
+    results: dict = {}
+    for name in args.parts:
+        t = time.perf_counter()
+        lines, data = (part_probs if name == "probs" else part_play)(args, policy, wordings)
+        results[name] = data
+        report += lines + ["", f"({name}: {time.perf_counter() - t:.0f} s)", ""]
+        (root / "notes.md").write_text("\n".join(report))
+        (root / "notes.json").write_text(json.dumps(results, default=float, indent=1))
+    print("\n" + "\n".join(report))
+    print(f"written: {root}/notes.md")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

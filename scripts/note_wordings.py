@@ -1,0 +1,144 @@
+"""Training wordings for the warm start: a correct trap note in many forms, built at random from parts.
+
+`scripts/make_warmstart.py` trains the embedded model to act on notes written like these, so that a
+teacher's own words work as well as the template `TrapEnv.curated_tip` writes. A note is a few parts,
+shuffled: where the target is (and, for trap-water-plant, the watering can), sometimes what to do
+(exact valid-action wording joined by one of several separators, or paraphrased verbs, or nothing, so
+the model must infer the action from the facts), sometimes a warning about the look-alikes, sometimes a
+sentence that says nothing useful. The target may be named in full, by its colour/animal or by a
+partial name ("the green bulb").
+
+The benchmark's wordings were written apart and are never read here; tests/test_warm_start_wordings.py
+checks that no sentence of one appears in the other.
+
+>>> import random
+>>> from empo2_studio.envs.trap import TrapEnv
+>>> note = training_note(TrapEnv().layout("trap-light-bulb", 24), random.Random(0))
+>>> isinstance(note, str) and len(note) > 10
+True
+"""
+
+from __future__ import annotations
+
+import random
+
+from empo2_studio.envs.trap import CAN, START_ROOM, TASKS, Layout, _route
+
+FACT = (
+    "I saw the {name} in the {room}.",
+    "The {name} can be found in the {room}.",
+    "The {room} is where the {name} is.",
+    "The {room} holds the {name}.",
+    "The {name} was in the {room}.",
+    "{Name} location: the {room}.",
+    "Look for the {name} in the {room}.",
+    "The {name} is located in the {room}.",
+    "You can find the {name} in the {room}.",
+    "The {name} you need is in the {room}.",
+    "Target: {name}, room: {room}.",
+    "The {name}? It's in the {room}.",
+    "The {name} stays in the {room}.",
+    "In the {room} there is the {name}.",
+)
+CAN_FACT = (
+    "The watering can was in the {can_room}.",
+    "I saw the watering can in the {can_room}.",
+    "The {can_room} holds the watering can.",
+    "Watering can location: the {can_room}.",
+    "You can find the can in the {can_room}.",
+    "The can for watering is in the {can_room}.",
+    "Grab the watering can in the {can_room}.",
+    "The watering can sits in the {can_room}.",
+)
+NOT_HERE = (
+    "It is not in the hallway.",
+    "The ones in the hallway are decoys.",
+    "Ignore the look-alikes in the hallway.",
+    "Do not focus on the things in the hallway.",
+    "Anything else you focus on fails the task.",
+    "The hallway only has look-alikes.",
+)
+FILLER = (
+    "The greenhouse is warm.",
+    "There is a bed in the bedroom.",
+    "The workbench is in the workshop.",
+    "The kitchen has a table.",
+    "Take your time.",
+    "This took me a few tries.",
+    "The doors connect the hallway to every room.",
+    "Last time I ran out of steps.",
+    "Good luck!",
+    "The coat rack is in the hallway.",
+)
+VERB_WORDS = {
+    "trap-light-bulb": ("turn it on", "switch it on", "light it up", "turn on the {name}", "switch on the {name}"),
+    "trap-find-animal": ("pick it up", "take it", "grab it", "pick up the {name}", "collect the {name}"),
+    "trap-water-plant": ("water it", "give it water", "water the {name}", "pour water on it"),
+}
+SEPARATORS = (", then ", ". Then ", " and then ", ", ", " > ", " then ", " => ")
+
+
+def names(layout: Layout, rng: random.Random) -> str:
+    """The target named in full, or by a partial name (its colour/animal and a short noun)."""
+    target = layout.target
+    if layout.task == "trap-find-animal" or rng.random() < 0.6:
+        return target
+    attr = target.split()[0]
+    short = {"trap-light-bulb": ("bulb", "lamp", "light", "light bulb"), "trap-water-plant": ("flower", "plant", "bloom")}
+    return f"{attr} {rng.choice(short[layout.task])}"
+
+
+def gold_actions(layout: Layout) -> list[str]:
+    """The shortest winning plan in valid-action wording (as `TrapEnv.gold_path`, from the layout)."""
+    acts, room = [], START_ROOM
+    if layout.task == "trap-water-plant":
+        acts += [f"go to {r}" for r in _route(room, layout.objects[CAN])] + [f"pick up {CAN}"]
+        room = layout.objects[CAN]
+    acts += [f"go to {r}" for r in _route(room, layout.target_room)]
+    return acts + [f"focus on {layout.target}", f"{TASKS[layout.task].verb} {layout.target}"]
+
+
+def _paraphrased_plan(layout: Layout, name: str, rng: random.Random) -> list[str]:
+    steps = []
+    if layout.task == "trap-water-plant":
+        can_room = layout.objects[CAN]
+        get = rng.choice(("get the watering can", "pick up the can", "fetch the watering can", "take the can"))
+        steps.append(get if can_room == START_ROOM else f"{get} from the {can_room}")
+    steps.append(rng.choice(("go to the {room}", "walk to the {room}", "head to the {room}", "enter the {room}")).format(room=layout.target_room))
+    steps.append(rng.choice(("focus on it", "focus on the {name}", "focus on the {name} there")).format(name=name))
+    steps.append(rng.choice(VERB_WORDS[layout.task]).format(name=name))
+    return steps
+
+
+def action_part(layout: Layout, name: str, rng: random.Random) -> str:
+    """What to do: the exact plan, a paraphrased plan, or the last steps only."""
+    r = rng.random()
+    steps = gold_actions(layout) if r < 0.4 else _paraphrased_plan(layout, name, rng)
+    if rng.random() < 0.15:
+        steps = [f"({i}) {s}" for i, s in enumerate(steps, 1)]
+        text = " ".join(steps)
+    else:
+        text = rng.choice(SEPARATORS).join(steps)
+    lead = rng.choice(("", "", "Plan: ", "Do this: ", "Steps: ", "Next time: ", "To win: "))
+    text = lead + text
+    return text[0].upper() + text[1:] + ("" if text.endswith(".") else ".")
+
+
+def training_note(layout: Layout, rng: random.Random) -> str:
+    """One correct note for `layout` in a random wording (see the module docstring)."""
+    name = names(layout, rng)
+    fill = {"name": name, "Name": name[0].upper() + name[1:], "room": layout.target_room, "can_room": layout.objects.get(CAN, "")}
+    parts = []
+    if rng.random() < 0.85:
+        parts.append(rng.choice(FACT).format(**fill))
+    if layout.task == "trap-water-plant" and rng.random() < 0.85:
+        parts.append(rng.choice(CAN_FACT).format(**fill))
+    incomplete = layout.task == "trap-water-plant" and len(parts) < 2  # the can's or the flower's room unsaid
+    if incomplete or not parts or rng.random() < 0.55:
+        parts.append(action_part(layout, name, rng))
+    if rng.random() < 0.25:
+        parts.append(rng.choice(NOT_HERE))
+    rng.shuffle(parts)
+    if rng.random() < 0.3:
+        parts.insert(rng.randint(0, len(parts)), rng.choice(FILLER))
+    return " ".join(parts)

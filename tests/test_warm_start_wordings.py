@@ -1,0 +1,126 @@
+"""The warm start's training wordings and the benchmark's held-out wordings are kept apart: the training
+script never reads the held-out file, and no sentence of one is a sentence of the other."""
+
+from __future__ import annotations
+
+import importlib.util
+import random
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from empo2_studio.envs.trap import TASKS, TrapEnv
+
+ROOT = Path(__file__).resolve().parents[1]
+HELDOUT = ROOT / "benchmarks" / "data" / "heldout_notes.json"
+
+
+def _load(path: Path, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def bench():
+    return _load(ROOT / "benchmarks" / "bench_notes.py", "bench_notes_under_test")
+
+
+@pytest.fixture(scope="module")
+def wordings_mod():
+    sys.path.insert(0, str(ROOT / "scripts"))
+    return _load(ROOT / "scripts" / "note_wordings.py", "note_wordings")
+
+
+def sentences(text: str) -> set[str]:
+    return {s.strip().lower() for s in re.split(r"(?<=[.?!])\s+|\n", text) if s.strip()}
+
+
+def test_the_training_script_never_names_the_heldout_file():
+    # the script and every project file it loads by path (its scripts/ neighbour) or imports from the
+    # package: none mentions the held-out file or the benchmarks' data folder
+    sources = [ROOT / "scripts" / "make_warmstart.py", ROOT / "scripts" / "note_wordings.py"]
+    sources += list((ROOT / "empo2_studio").rglob("*.py"))
+    for path in sources:
+        text = path.read_text()
+        assert "heldout" not in text.lower() and "benchmarks/data" not in text, path
+    script = sources[0].read_text()
+    assert "import note_wordings" in script or "from note_wordings import" in script
+    assert "bench_notes" not in script
+
+
+def test_heldout_file_has_twelve_fillable_wordings_per_trap_task(bench):
+    wordings = bench.load_wordings(HELDOUT)
+    assert set(wordings) == set(TASKS)
+    env = TrapEnv()
+    for task, ws in wordings.items():
+        assert len(ws) >= 12 and len({w["style"] for w in ws}) == len(ws)
+        for v in env.variations(task, "test"):
+            for w in ws:
+                note = bench.fill(w, task, v)
+                assert "{" not in note and env.layout(task, v).target_room in note
+
+
+def test_fill_by_hand(bench):
+    # trap-light-bulb 40: the yellow light bulb in the greenhouse; trap-water-plant 37: purple flower in
+    # the bedroom, the can in the workshop (neither the hallway nor the flower's room)
+    assert bench.fill({"style": "s", "text": "The {target} ({attr}) is in the {room}."}, "trap-light-bulb", 40) == (
+        "The yellow light bulb (yellow) is in the greenhouse."
+    )
+    w = {"style": "s", "by_can": {"hallway": "h", "target_room": "t", "elsewhere": "{can_room} then {room}"}}
+    assert bench.fill(w, "trap-water-plant", 37) == "workshop then bedroom"
+    assert bench.fill(w, "trap-water-plant", 36) == "h" and bench.fill(w, "trap-water-plant", 38) == "t"
+    # water-plant 37: go to workshop, pick up can, go to hallway, go to bedroom, focus, water
+    assert bench.key_steps("trap-water-plant", 37) == {"first": 0, "focus": 4, "finish": 5}
+    assert bench.key_steps("trap-light-bulb", 40) == {"first": 0, "focus": 1, "finish": 2}
+    (tips, skipped), = bench.PinnedNote("n").retrieve_explained("trap-light-bulb", 40, ["q"])
+    assert [(t.text, t.pinned) for t in tips] == [("n", True)] and skipped == []
+
+
+def test_training_wordings_share_no_sentence_with_the_heldout_set(bench, wordings_mod):
+    env = TrapEnv()
+    heldout: set[str] = set()
+    for task, ws in bench.load_wordings(HELDOUT).items():
+        for v in env.variations(task, "test"):
+            for w in ws:
+                heldout |= sentences(bench.fill(w, task, v))
+    rng = random.Random(0)
+    trained: set[str] = set()
+    for task in TASKS:
+        for v in env.variations(task, "test"):  # the same layouts, so equal wordings would give equal text
+            for _ in range(40):
+                trained |= sentences(wordings_mod.training_note(env.layout(task, v), rng))
+    assert len(trained) > 500  # many distinct sentences
+    assert not trained & heldout, sorted(trained & heldout)[:5]
+
+
+def test_training_notes_state_the_facts_of_their_layout(wordings_mod):
+    env = TrapEnv()
+    rng = random.Random(1)
+    for task in TASKS:
+        for v in env.variations(task, "dev"):
+            lay = env.layout(task, v)
+            for _ in range(10):
+                note = wordings_mod.training_note(lay, rng)
+                assert lay.target_room in note
+                if task == "trap-water-plant":
+                    assert "can" in note
+    assert wordings_mod.gold_actions(env.layout("trap-water-plant", 37)) == env.gold_path("trap-water-plant", 37)
+
+
+def test_training_conversations_learn_a_valid_next_action_and_never_see_test_layouts():
+    mw = _load(ROOT / "scripts" / "make_warmstart.py", "make_warmstart_under_test")
+    rng = random.Random(2)
+    for task in TASKS:
+        for v in (0, 24, 35):
+            turns, learn = mw.conversation(task, v, rng)
+            assert learn and all(turns[i][1] in turns[i][2] for i in learn)
+            assert "Notes from your earlier attempts:" in turns[0][0]
+    turns, learn = mw.conversation("trap-light-bulb", 30, random.Random(0))  # detours or not, it ends so
+    assert [turns[i][1] for i in learn][-2:] == TrapEnv().gold_path("trap-light-bulb", 30)[-2:]
+    with pytest.raises(SystemExit):  # argparse refuses the test layouts
+        mw.main(["--splits", "test", "--out", "/nonexistent"])
