@@ -95,9 +95,7 @@ class Trainer:
         self._variations: tuple[int, ...] | None = None
         self.on_phase: Callable[[str], None] | None = None
         """Called with a short line as an iteration moves through its phases (the studio's status)."""
-        self.write_tips = True
-        """False: training episodes write no tips (an arm that never reads them, e.g. the race's GRPO
-        arm, skips the reflection call and its compute)."""
+        self.write_tips = True  # False: no reflection, no tips (an arm that never reads them: the race's GRPO)
 
     # ---- resources ---------------------------------------------------------------------------
     def envs(self, n: int) -> list[Any]:
@@ -217,10 +215,8 @@ class Trainer:
             embedder=self.embedder, novelty=self.novelty(task, variation), timings=timings, keep_caches=self.write_tips,
             on_step=on_step if self.on_phase is not None else None,
         )  # fmt: skip
-        if not self.write_tips:
-            return episodes
-        self._phase(f"writing the tips of {len(episodes)} episodes")
-        return write_group_tips(self.policy, self.store, episodes, timings=timings)
+        self._phase(f"writing the tips of {len(episodes)} episodes" if self.write_tips else "this run writes no tips")
+        return write_group_tips(self.policy, self.store, episodes, timings=timings) if self.write_tips else episodes
 
     def _advantages(self, groups: Sequence[Sequence[Episode]]) -> list[float] | list[list[float]]:
         """Group-relative advantages of R = extrinsic return + intrinsic_coef × Σ intrinsic rewards, one
