@@ -14,7 +14,7 @@ from empo2_studio.app import lesson_tab as ls
 from empo2_studio.app import race_tab as rc
 from empo2_studio.app.jobs import Job
 from empo2_studio.app.studio import Studio
-from empo2_studio.lesson import STAGES, StageResult, curated_tip
+from empo2_studio.lesson import STAGES, StageResult, VariationRow, curated_tip
 
 RUN = "studio"
 TASK = "trap-light-bulb"
@@ -146,13 +146,16 @@ def test_the_lesson_job_shows_each_distill_step_as_it_ends(studio):
     counts = [len(r["steps"]) for r in running]
     assert [k for i, k in enumerate(counts) if i == 0 or counts[i - 1] != k] == [1, 2, 3]  # running: 1, 2, 3 steps
     *tables, fig = ls.lesson_view({"distill": StageResult.from_dict(running[0])})
-    assert [row[0] for row in _value(tables[3])] == [1] and isinstance(_value(tables[3])[0][4], int)
+    assert [row[0] for row in _value(tables[3])] == [1] and isinstance(_value(tables[3])[0][4], float)
     md = ls.session_markdown(studio, run_id)
     assert "measured on this machine by the last lesson" in md and "Expected time" in md
     rates = ls.measured_rates(studio)  # the newest lesson's: this job's distill stage
     last = [r for r in studio.session(run_id).metrics() if r.get("lesson/stage") == "distill"][-1]
     assert rates["distill_episode"] == pytest.approx(last["time/distill_step"] / 2)
     assert "about 3 minutes" not in ls.INTRO
+    two = StageResult("naive", rows=(VariationRow(0, 2, 1, 0.5, 10.0), VariationRow(1, 2, 0, 0.0, -30.0)))
+    assert ls.stage_table(two) == [[0, 2, 1, "50%", 10.0], [1, 2, 0, "0%", -30.0], ["all", 4, 1, "25%", -10.0]]
+    assert ls.stage_table(None) == [] and "in all" in job.message
 
 
 def test_race_rows_appear_per_arm_and_a_scienceworld_session_races_a_trap_copy(studio, studio_cfg):

@@ -24,7 +24,7 @@ def test_eta_uses_the_prior_until_a_unit_is_measured():
     eta.finished()  # step 1 took 30 s
     clock.now += 50
     eta.finished()  # step 2 took 50 s: mean 40 s, 3 steps left
-    assert eta.left() == (120.0, "measured 40 s each") and eta.line().startswith("1:20 elapsed · about 2:00 left")
+    assert eta.left() == (120.0, "measured 40.0 s each") and eta.line().startswith("1:20 elapsed · about 2:00 left")
     eta.finished(3)
     assert eta.line() == "1:20 elapsed"
     assert timing.Eta(2, None, clock=clock).line() == "0:00 elapsed"
@@ -46,3 +46,4 @@ def test_rates_come_from_the_latest_measured_lesson_rows():
     assert "rough estimate" in timing.rates_note({}) and "measured on this machine" in timing.rates_note({"episode": 6.0})
     assert (timing.clock_text(75), timing.clock_text(3725), timing.minutes_text(40), timing.minutes_text(828)) == (
         "1:15", "1:02:05", "40 s", "about 14 min")
+    assert [timing.seconds_text(x) for x in (115.2, 5.24, 0.0432)] == ["115 s", "5.2 s", "0.043 s"]

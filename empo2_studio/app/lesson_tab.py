@@ -15,6 +15,7 @@ the stage buttons continue the current one. Jobs run in the studio's worker thre
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import replace
 from functools import partial
 from typing import Any, Sequence
@@ -183,6 +184,7 @@ def run_lesson_job(
     stage → StageResult dict: each finished stage, and the running stage's rows so far (each
     variation's row, each distill step, as soon as it is computed; `running` True)."""
     job.update(message="preparing the trainer")
+    t0 = time.perf_counter()
     lesson = Lesson(studio.trainer(run_id), settings, rates=measured_rates(studio))
     results: list[StageResult] = []
 
@@ -209,7 +211,8 @@ def run_lesson_job(
         on_stage(lesson.run_stage(stage, tips, stop=job.stop_event, progress=staged, on_partial=show))
     last = results[-1] if results else None
     summary = " · ".join(_stage_summary(r) for r in results) or "nothing played"
-    job.update(progress=1.0 if last is not None else job.progress, message=f"{run_id}: {summary}")
+    took = minutes_text(time.perf_counter() - t0)
+    job.update(progress=1.0 if last is not None else job.progress, message=f"{run_id}: {summary} · {took} in all")
     return [r.to_dict() for r in results]
 
 
@@ -223,21 +226,28 @@ def _stage_summary(result: StageResult) -> str:
     return f"{title} ({len(result.tips)} stored)"
 
 
+def stage_table(result: StageResult | None) -> list[list[Any]]:
+    """A stage's table rows as plain JSON values: per variation [variation, episodes, successes,
+    success rate "50%", mean score] (and an "all" row for several variations) for a playing stage;
+    per step [step, loss/policy, no signal "yes"/"no", grad norm, seconds] for the distill stage."""
+    if result is None:
+        return []
+    if result.stage == "distill":
+        return [[int(s.get("step", 0)), round(s.get("loss/policy", 0.0), 5), "yes" if s.get("train/no_signal") else "no",
+                 round(s.get("grad/norm", 0.0), 4), round(s["seconds"], 1) if "seconds" in s else ""]
+                for s in result.steps]  # fmt: skip
+    rows: list[list[Any]] = [[x.variation, x.episodes, x.successes, f"{x.success_rate:.0%}", round(x.mean_score, 1)]
+                             for x in result.rows]  # fmt: skip
+    if len(result.rows) > 1:
+        rows.append(["all", result.episodes, sum(x.successes for x in result.rows), f"{result.success_rate:.0%}",
+                     round(result.mean_score, 1)])  # fmt: skip
+    return rows
+
+
 def lesson_view(results: dict[str, StageResult]) -> tuple[Any, ...]:
     """(naive table, memory table, naive-again table, distill table, chart) of the stages played."""
-    tables = []
-    for stage in PLAY_STAGES:
-        r = results.get(stage)
-        rows = [[x.variation, x.episodes, x.successes, f"{x.success_rate:.0%}", round(x.mean_score, 1)]
-                for x in (r.rows if r else ())]  # fmt: skip
-        if r is not None and len(r.rows) > 1:
-            rows.append(["all", r.episodes, sum(x.successes for x in r.rows), f"{r.success_rate:.0%}", round(r.mean_score, 1)])
-        tables.append(gr.Dataframe(value=rows, headers=TABLE_HEADERS))
-    d = results.get("distill")
-    steps = [[int(s.get("step", 0)), round(s.get("loss/policy", 0.0), 5), "yes" if s.get("train/no_signal") else "no",
-              round(s.get("grad/norm", 0.0), 4), round(s["seconds"]) if "seconds" in s else ""]
-             for s in (d.steps if d else ())]  # fmt: skip
-    tables.append(gr.Dataframe(value=steps, headers=DISTILL_HEADERS))
+    tables = [gr.Dataframe(value=stage_table(results.get(stage)), headers=TABLE_HEADERS) for stage in PLAY_STAGES]
+    tables.append(gr.Dataframe(value=stage_table(results.get("distill")), headers=DISTILL_HEADERS))
     bars = [{"stage": s, "title": STAGE_TITLES[s], "success_rate": results[s].success_rate, "successes":
              sum(x.successes for x in results[s].rows), "episodes": results[s].episodes,
              "mean_score": results[s].mean_score} for s in PLAY_STAGES if s in results]  # fmt: skip

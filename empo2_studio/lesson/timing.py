@@ -30,6 +30,11 @@ def clock_text(seconds: float) -> str:
     return f"{h}:{rest // 60:02d}:{rest % 60:02d}" if h else f"{rest // 60}:{rest % 60:02d}"
 
 
+def seconds_text(seconds: float) -> str:
+    """A unit time: "110 s", "5.2 s", "0.04 s"."""
+    return f"{seconds:.0f} s" if seconds >= 100 else f"{seconds:.1f} s" if seconds >= 1 else f"{seconds:.2g} s"
+
+
 def minutes_text(seconds: float) -> str:
     """A duration for a sentence: "40 s", "about 3 min", "about 1.5 h"."""
     if seconds < 90:
@@ -76,7 +81,7 @@ def rates_note(rates: Mapping[str, float]) -> str:
     parts = []
     for unit, what in (("episode", "per played episode"), ("distill_episode", "per memory episode per distill step")):
         seconds, measured = rate(rates, unit)
-        parts.append(f"{seconds:.1f} s {what}" + ("" if measured else " (rough estimate)"))
+        parts.append(f"{seconds_text(seconds)} {what}" + ("" if measured else " (rough estimate)"))
     return "measured on this machine by the last lesson: " + ", ".join(parts)
 
 
@@ -117,7 +122,7 @@ class Eta:
         remaining = max(0, self.units - self.done)
         if self.unit_seconds:
             per = sum(self.unit_seconds) / len(self.unit_seconds)
-            return remaining * per, f"measured {per:.0f} s each"
+            return remaining * per, f"measured {seconds_text(per)} each"
         if self.prior is not None:
             return remaining * self.prior[0], self.prior[1]
         return None
