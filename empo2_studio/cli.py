@@ -15,8 +15,8 @@ run), 130 aborted by a second Ctrl-C. The first Ctrl-C stops training after the 
 and saves a checkpoint. Sessions live in `--sessions-dir`, else $EMPO2_SESSIONS_DIR, else ./sessions.
 Heavy modules (torch, the trainer, gradio) load only inside the command that needs them.
 
-Over 400 lines because it holds one runner per command (seven) with the usage checks each makes
-before any model loads; the command dataclasses already live in cli_commands.py.
+The commands' flags are declared in cli_commands.py, the checks made before any model loads in
+cli_checks.py, and the model-free `tips` and `sessions` commands live in cli_records.py.
 """
 
 from __future__ import annotations
@@ -28,35 +28,20 @@ import sys
 import threading
 import traceback
 from collections.abc import Sequence
-from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
 import tyro
 
 from empo2_studio import __version__
-from empo2_studio.cli_commands import (
-    COMMANDS,
-    AdaptCmd,
-    AppCmd,
-    DistillCmd,
-    EvalCmd,
-    SessionsCmd,
-    TipsCmd,
-    TipsExport,
-    TipsImport,
-    TipsList,
-    TrainCmd,
-)
+from empo2_studio.cli_checks import (  # the names scale.launch reads off this module too
+    ABORTED, FAILURE, OK, USAGE, UsageError, check_adapter, check_env, check_unseen_task, discard_new_session,
+    message, open_session, refuse_config_change, session_root,
+)  # fmt: skip
+from empo2_studio.cli_commands import COMMANDS, AdaptCmd, AppCmd, DistillCmd, EvalCmd, TrainCmd
+from empo2_studio.cli_records import SHOWN_METRICS, fmt, run_sessions, run_tips
 from empo2_studio.config import RunConfig
-from empo2_studio.sessions import Session, default_sessions_root, list_sessions
-
-OK, FAILURE, USAGE, ABORTED = 0, 1, 2, 130
-_SHOWN_METRICS = ("rollout/score_mean", "rollout/success_rate", "loss/policy", "mask/low_prob_frac")
-
-
-class UsageError(Exception):
-    """Bad input detected before any work started (exit code 2)."""
+from empo2_studio.sessions import Session
 
 
 # ---- entry point -----------------------------------------------------------------------------------
@@ -101,7 +86,7 @@ def _main(argv: Sequence[str] | None) -> int:
     except BrokenPipeError:
         raise
     except (ValueError, KeyError, OSError) as e:
-        print(f"empo2-studio {name}: error: {_message(e)}", file=sys.stderr)
+        print(f"empo2-studio {name}: error: {message(e)}", file=sys.stderr)
         return FAILURE
     except Exception:
         traceback.print_exc()
@@ -130,9 +115,9 @@ def _parse(name: str, args: list[str]) -> Any:
         try:
             default = TrainCmd(run=RunConfig.from_json(Path(config_path).read_text()))
         except (OSError, ValueError, TypeError) as e:
-            raise UsageError(f"cannot read config {config_path}: {_message(e)}") from None
+            raise UsageError(f"cannot read config {config_path}: {message(e)}") from None
     if resume:
-        session = _open(resume, _peek_flag(args, "--sessions-dir"))
+        session = open_session(resume, _peek_flag(args, "--sessions-dir"))
         default = TrainCmd(run=session.config)
     return tyro.cli(TrainCmd, args=args, prog=prog, default=default)
 
@@ -147,21 +132,6 @@ def _peek_flag(args: list[str], flag: str) -> str | None:
     return None
 
 
-def _root(sessions_dir: Path | None) -> Path:
-    return Path(sessions_dir) if sessions_dir is not None else default_sessions_root()
-
-
-def _open(run_id: str, sessions_dir: Path | str | None) -> Session:
-    try:
-        return Session.open(_root(None if sessions_dir is None else Path(sessions_dir)), run_id)
-    except (FileNotFoundError, ValueError) as e:
-        raise UsageError(str(e)) from None
-
-
-def _message(e: BaseException) -> str:
-    return e.args[0] if isinstance(e, KeyError) and e.args else str(e)
-
-
 # ---- runners ---------------------------------------------------------------------------------------
 
 
@@ -172,7 +142,8 @@ def run_app(cmd: AppCmd) -> int:
         print(f"empo2-studio app: the studio cannot start: {e}", file=sys.stderr)
         return FAILURE
     extra: dict[str, Any] = {} if cmd.run_id is None else {"run_id": cmd.run_id}
-    launch(host=cmd.host, port=cmd.port, sessions_dir=_root(cmd.sessions_dir), env=cmd.env, share=cmd.share, **extra)
+    root = session_root(cmd.sessions_dir)
+    launch(host=cmd.host, port=cmd.port, sessions_dir=root, env=cmd.env, share=cmd.share, **extra)
     return OK
 
 
@@ -188,8 +159,8 @@ def run_train(cmd: TrainCmd) -> int:
     except ValueError as e:
         raise UsageError(str(e)) from None
     if cmd.resume:
-        session = _open(cmd.resume, cmd.sessions_dir)
-        _refuse_config_change(session, cmd.run)
+        session = open_session(cmd.resume, cmd.sessions_dir)
+        refuse_config_change(session, cmd.run)
         trainer = _load_trainer(session, require_checkpoint=True)
         total = session.config.train.iterations
         todo = cmd.more if cmd.more is not None else total - trainer.iteration
@@ -199,75 +170,20 @@ def run_train(cmd: TrainCmd) -> int:
     else:
         if cmd.more is not None:
             raise UsageError("--more only applies with --resume; use --train.iterations for a new run")
-        _check_env(cmd.run)  # a bad task or variation is a usage error, before a session or model exists
-        _check_adapter(cmd.run)  # so is an adapter that does not fit the base model
+        check_env(cmd.run)  # a bad task or variation is a usage error, before a session or model exists
+        check_adapter(cmd.run)  # so is an adapter that does not fit the base model
         try:
-            session = Session.create(_root(cmd.sessions_dir), cmd.run)
+            session = Session.create(session_root(cmd.sessions_dir), cmd.run)
         except (ValueError, FileExistsError) as e:
             raise UsageError(str(e)) from None
         try:
             trainer = _load_trainer(session, require_checkpoint=False)
         except ValueError as e:  # the config names something the model lacks (e.g. LoRA target modules)
-            _discard_new_session(session)
-            raise UsageError(_message(e)) from None
+            discard_new_session(session)
+            raise UsageError(message(e)) from None
         print(f"session {session.run_id} in {session.dir}", file=sys.stderr)
         todo = session.config.train.iterations
     return _train_loop(trainer, todo)
-
-
-def _check_env(cfg: RunConfig) -> None:
-    """Reject an unknown task, or training variations outside the task's train split (no JVM starts)."""
-    from empo2_studio.envs import make_env
-
-    try:
-        env = make_env(cfg.env)
-    except ValueError as e:
-        raise UsageError(str(e)) from None
-    try:
-        train = env.variations(cfg.env.task, "train")
-    finally:
-        env.close()
-    outside = [v for v in cfg.env.variations if v not in train]
-    if outside:
-        raise UsageError(
-            f"env.variations {outside} of {cfg.env.task!r} are outside its train split "
-            f"{train[0]}–{train[-1]}"
-        )
-
-
-def _check_adapter(cfg: RunConfig) -> None:
-    """Reject `--policy.adapter DIR` that the base model cannot load (not a PEFT directory, another
-    base, another LoRA rank / targets, or tensor shapes of another model), reading only the adapter's
-    config, its safetensors header and the base model's config: no weights load, nothing is created."""
-    if not cfg.policy.adapter:
-        return
-    from empo2_studio.policy.loading import check_adapter  # torch loads only here
-
-    try:
-        check_adapter(cfg.policy.adapter, cfg.policy)
-    except ValueError as e:
-        raise UsageError(str(e)) from None
-
-
-def _check_unseen_task(cfg: RunConfig, task: str) -> None:
-    """Adaptation needs a task of the run's env other than the one it trained on (no JVM starts)."""
-    from empo2_studio.envs import check_unseen_task, make_env
-
-    env = make_env(cfg.env)
-    try:
-        check_unseen_task(task, env.task_names(), cfg.env)
-    except ValueError as e:
-        raise UsageError(str(e)) from None
-    finally:
-        env.close()
-
-
-def _discard_new_session(session: Session) -> None:
-    """Remove a session this command just created, if nothing but its config was written to it."""
-    import shutil
-
-    if session.latest_checkpoint() is None and not session.metrics() and not session.episodes():
-        shutil.rmtree(session.dir, ignore_errors=True)
 
 
 def _train_loop(trainer: Any, iterations: int) -> int:
@@ -276,7 +192,7 @@ def _train_loop(trainer: Any, iterations: int) -> int:
     with _StopOnInterrupt() as stop, tqdm(total=iterations, desc="train", unit="it") as bar:
 
         def on_report(report: Any) -> None:
-            shown = {k.split("/")[-1]: f"{report.metrics[k]:.3g}" for k in _SHOWN_METRICS if k in report.metrics}
+            shown = {k.split("/")[-1]: f"{report.metrics[k]:.3g}" for k in SHOWN_METRICS if k in report.metrics}
             bar.set_postfix({"mode": report.update_mode, **shown}, refresh=False)
             bar.update(1)
 
@@ -299,7 +215,7 @@ def run_eval(cmd: EvalCmd) -> int:
     from empo2_studio import evaluation
     from empo2_studio.envs import EnvPool
 
-    session = _open(cmd.session, cmd.sessions_dir)
+    session = open_session(cmd.session, cmd.sessions_dir)
     policy, iteration = _load_frozen_policy(session)
     envs = EnvPool(session.config.env)
     try:
@@ -317,8 +233,8 @@ def run_adapt(cmd: AdaptCmd) -> int:
 
     if cmd.trials < 1:
         raise UsageError(f"--trials must be ≥ 1, got {cmd.trials}")
-    session = _open(cmd.from_, cmd.sessions_dir)
-    _check_unseen_task(session.config, cmd.task)  # before the model loads
+    session = open_session(cmd.from_, cmd.sessions_dir)
+    check_unseen_task(session.config, cmd.task)  # before the model loads
     from empo2_studio import evaluation
     from empo2_studio.envs import EnvPool
     from empo2_studio.memory import TipStore, make_embedder
@@ -336,14 +252,14 @@ def run_adapt(cmd: AdaptCmd) -> int:
     finally:
         envs.close()
     for row in rows:
-        print(json.dumps(row) if cmd.json else "  ".join(f"{k}={_fmt(v)}" for k, v in row.items()))
+        print(json.dumps(row) if cmd.json else "  ".join(f"{k}={fmt(v)}" for k, v in row.items()))
     return OK
 
 
 def run_distill(cmd: DistillCmd) -> int:
     if bool(cmd.episodes) == cmd.all_memory:
         raise UsageError("give exactly one of --episodes id,id,... or --all-memory")
-    session = _open(cmd.session, cmd.sessions_dir)
+    session = open_session(cmd.session, cmd.sessions_dir)
     if cmd.all_memory:
         ids = [e.episode_id for e in session.episodes() if e.rollout_mode == "memory" and e.update_mode is not None]
         if not ids:
@@ -353,7 +269,7 @@ def run_distill(cmd: DistillCmd) -> int:
         try:
             session.episodes(ids)
         except KeyError as e:
-            raise UsageError(_message(e)) from None
+            raise UsageError(message(e)) from None
     trainer = _load_trainer(session, require_checkpoint=False)
     try:
         report = trainer.distill(ids)
@@ -362,65 +278,6 @@ def run_distill(cmd: DistillCmd) -> int:
         trainer.close()
     _print_metrics(report.metrics, as_json=False)
     print(f"distilled {len(ids)} episode(s); checkpoint {path}" + (" (update skipped: non-finite)" if report.skipped_update else ""))
-    return OK
-
-
-def run_tips(cmd: TipsCmd) -> int:
-    a = cmd.action
-    session = _open(a.session, a.sessions_dir)
-    if isinstance(a, (TipsList, TipsExport)) and not session.tips_path.exists():
-        print(f"session {session.run_id!r} has no tips yet")
-        return OK
-    if isinstance(a, TipsImport):  # a missing or malformed file is bad input: exit 2 before the embedder loads
-        _check_tip_file(a.file)
-    from empo2_studio.memory import TipStore, make_embedder
-
-    embedder = make_embedder(session.config.memory.embedder)
-    store = TipStore.open(session.tips_path, embedder, session.config.memory, verify_embedder=False)
-    if isinstance(a, TipsList):
-        tips = store.list_tips(task=a.task, variation=a.variation, text_contains=a.contains, limit=a.limit)
-        for t in tips:
-            flag = "" if t.enabled else " [off]"
-            print(f"{t.tip_id[:8]}  {t.task}#{t.variation}  {t.score:6.1f}{flag}  {_clip(t.text, 90)}")
-        print(f"{len(tips)} of {store.count()} tip(s)", file=sys.stderr)
-    elif isinstance(a, TipsExport):
-        n = store.export_jsonl(a.out, **({"task": a.task} if a.task else {}))
-        print(f"wrote {n} tip(s) to {a.out}")
-    elif isinstance(a, TipsImport):
-        result = store.import_jsonl(a.file)
-        print(f"imported {result.added} tip(s), skipped {result.skipped_duplicates} duplicate(s)")
-    else:
-        print(f"re-embedded {store.reembed(embedder)} tip(s) with {embedder.name!r}")
-    return OK
-
-
-def _check_tip_file(path: Path) -> None:
-    """Raise UsageError if `path` is not a readable tip JSONL file whose every line is valid."""
-    from empo2_studio.memory import records
-
-    if not path.is_file():
-        raise UsageError(f"no such file: {path}")
-    try:
-        with open(path, encoding="utf-8") as fh:
-            records.parse_jsonl(fh)
-    except (OSError, UnicodeDecodeError, ValueError) as e:
-        raise UsageError(f"cannot import {path}: {e}") from None
-
-
-def run_sessions(cmd: SessionsCmd) -> int:
-    rows = list_sessions(_root(cmd.sessions_dir))
-    if cmd.json:
-        for r in rows:
-            print(json.dumps({**asdict(r), "dir": str(r.dir)}))
-        return OK
-    if not rows:
-        print(f"no sessions in {_root(cmd.sessions_dir)}")
-        return OK
-    print(f"{'run id':<44} {'env/task':<32} {'iter':>5} {'ckpts':>5}  last metrics")
-    for r in rows:
-        m = r.last_metrics
-        shown = "  ".join(f"{k.split('/')[-1]}={_fmt(m[k])}" for k in ("kind", *_SHOWN_METRICS[:3]) if k in m)
-        print(f"{r.run_id:<44} {_clip(f'{r.env}/{r.task}', 32):<32} {r.iteration:>5} {r.checkpoints:>5}  {shown}")
     return OK
 
 
@@ -460,34 +317,6 @@ def _load_frozen_policy(session: Session) -> tuple[Any, int]:
     return policy, iteration
 
 
-def _refuse_config_change(session: Session, cfg: RunConfig) -> None:
-    """Resuming keeps the stored config: a different base model gets `check_compatible`'s message,
-    any other change is refused too (earlier iterations must stay described by config.json)."""
-    cfg = replace(cfg, run_id=session.config.run_id)
-    if cfg == session.config:
-        return
-    try:
-        session.check_compatible(cfg)
-    except ValueError as e:
-        raise UsageError(str(e)) from None
-    changed = sorted(_diff(asdict(session.config), asdict(cfg)))
-    raise UsageError(
-        f"--resume continues {session.run_id!r} with its stored config; these flags would change it: "
-        f"{', '.join(changed)}. Start a new run instead: empo2-studio train --config "
-        f"{session.dir / 'config.json'} --run-id NEW_ID [flags]"
-    )
-
-
-def _diff(a: dict[str, Any], b: dict[str, Any], prefix: str = "") -> list[str]:
-    out = []
-    for k in a:
-        if isinstance(a[k], dict):
-            out += _diff(a[k], b[k], f"{prefix}{k}.")
-        elif a[k] != b[k]:
-            out.append(f"{prefix}{k}")
-    return out
-
-
 class _StopOnInterrupt:
     """First Ctrl-C sets the stop event (training ends after the current step); the second aborts."""
 
@@ -514,16 +343,7 @@ def _print_metrics(metrics: dict[str, Any], *, as_json: bool) -> None:
         print(json.dumps(metrics))
         return
     for k in sorted(metrics):
-        print(f"{k:<32} {_fmt(metrics[k])}")
-
-
-def _fmt(v: Any) -> str:
-    return f"{v:.4g}" if isinstance(v, float) else str(v)
-
-
-def _clip(text: str, n: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= n else text[: n - 1] + "…"
+        print(f"{k:<32} {fmt(metrics[k])}")
 
 
 if __name__ == "__main__":

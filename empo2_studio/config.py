@@ -96,7 +96,7 @@ class PolicyConfig:
     max_tip_tokens: int | None = None
     """Max new tokens when the policy writes a tip (paper: 512; tips are one line under 100 words).
     None = 24 for the embedded model (its own sentence is a dozen tokens of filler or less; the record line
-    of a tip is added outside the model, see `memory.reflection.record_line`), 96 for any other."""
+    of a tip is added outside the model, see `envs.room_notes.record_line`), 96 for any other."""
     device: Device = "auto"
     """"auto" (CUDA when available, else CPU), "cpu" or "cuda"."""
     adapter: str | None = None

@@ -11,19 +11,14 @@ Layout of `sessions/<run_id>/` (every file readable without the studio):
 
 There is no index file: `list_sessions` scans the root, so the list is never stale.
 
-Crash safety: each append writes whole lines in one write, then flush + fsync. A kill -9 can leave
-at most one partial last line; readers ignore it and the next append cuts it off before writing. So
-after a crash the session opens and every record completed before the kill is still there.
-JSON is strict: non-finite floats (NaN, ±inf) are written as null.
-
-Over 400 lines because the crash-safe append, repair and atomic-write helpers belong with the one
-class that uses them.
+Crash safety: records are appended and files replaced through `durable.py` (whole lines, fsynced; a
+partial last line from a kill -9 is ignored and cut off by the next append), so after a crash the
+session opens and every record completed before the kill is still there.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import shutil
@@ -38,6 +33,7 @@ from typing import Any
 from filelock import FileLock
 
 from empo2_studio.config import RunConfig
+from empo2_studio.durable import append_jsonl, atomic_write, finite, fsync_dir, last_jsonl, read_jsonl
 from empo2_studio.types import Episode
 
 RUN_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -127,7 +123,7 @@ class Session:
         else:
             run_id, directory = _fresh_dir(root, make_run_id(cfg))
         cfg = replace(cfg, run_id=run_id)
-        _atomic_write(directory / CONFIG, cfg.to_json())
+        atomic_write(directory / CONFIG, cfg.to_json())
         (directory / ADAPTERS).mkdir()
         return cls(directory, cfg)
 
@@ -180,7 +176,7 @@ class Session:
         it for those iterations no longer describe the weights; they are left out here (and of every
         chart), but stay in the file and come back with `superseded=True`.
         """
-        rows = _read_jsonl(self.dir / METRICS)
+        rows = read_jsonl(self.dir / METRICS)
         return rows if superseded else current_history(rows)
 
     def mark_resumed(self, iteration: int) -> None:
@@ -189,7 +185,7 @@ class Session:
 
     def last_metrics(self) -> dict[str, Any]:
         """The last complete metrics row ({} when none), read from the file's end only."""
-        return _last_jsonl(self.dir / METRICS)
+        return last_jsonl(self.dir / METRICS)
 
     def append_episodes(self, episodes: Iterable[Episode]) -> None:
         """Append episodes (one `Episode.to_dict()` line each) to episodes.jsonl, in one durable write."""
@@ -200,7 +196,7 @@ class Session:
 
         Raises KeyError naming the ids not found (when `ids` is given).
         """
-        rows = _read_jsonl(self.dir / EPISODES)
+        rows = read_jsonl(self.dir / EPISODES)
         if ids is None:
             return [Episode.from_dict(r) for r in rows]
         by_id = {r["episode_id"]: r for r in rows}
@@ -230,7 +226,7 @@ class Session:
             _rmtree(old)
         else:
             os.replace(tmp, final)
-        _fsync_dir(final.parent)
+        fsync_dir(final.parent)
         return final
 
     def checkpoints(self) -> list[tuple[int, Path]]:
@@ -250,7 +246,7 @@ class Session:
 
     def set_state(self, state: dict[str, Any]) -> None:
         """Replace state.json atomically (temp file + fsync + os.replace)."""
-        _atomic_write(self.dir / STATE, json.dumps(_finite(state), indent=1, sort_keys=True))
+        atomic_write(self.dir / STATE, json.dumps(finite(state), indent=1, sort_keys=True))
 
     def state(self) -> dict[str, Any]:
         """The last state written ({} for a new session)."""
@@ -274,9 +270,8 @@ class Session:
     def _append(self, name: str, rows: list[dict[str, Any]]) -> None:
         if not rows:
             return
-        data = "".join(json.dumps(_finite(r), allow_nan=False) + "\n" for r in rows).encode()
         with self._lock, self._file_lock:
-            _append_bytes(self.dir / name, data)
+            append_jsonl(self.dir / name, rows)
 
 
 def list_sessions(root: str | os.PathLike[str] | None = None) -> list[SessionInfo]:
@@ -296,36 +291,6 @@ def list_sessions(root: str | os.PathLike[str] | None = None) -> list[SessionInf
     return sorted(out, key=lambda s: (s.created_at, s.run_id))
 
 
-# ---- file helpers ------------------------------------------------------------------------------
-
-
-def _append_bytes(path: Path, data: bytes) -> None:
-    with open(path, "ab+") as f:
-        size = f.seek(0, os.SEEK_END)
-        if size:
-            f.seek(size - 1)
-            if f.read(1) != b"\n":  # a partial line from a crash: cut it off first
-                f.truncate(_last_newline_end(f, size))
-                f.seek(0, os.SEEK_END)
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def _last_newline_end(f: Any, size: int) -> int:
-    """Offset just after the last b"\\n" in the file (0 if none)."""
-    pos = size
-    while pos > 0:
-        start = max(0, pos - 65536)
-        f.seek(start)
-        chunk = f.read(pos - start)
-        i = chunk.rfind(b"\n")
-        if i >= 0:
-            return start + i + 1
-        pos = start
-    return 0
-
-
 def current_history(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """`rows` without those superseded by a later resume marker: a `kind: resume` row at iteration k
     drops the earlier rows of iterations > k (they were played with weights no checkpoint kept)."""
@@ -338,75 +303,8 @@ def current_history(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    if not path.is_file():
-        return []
-    data = path.read_bytes()
-    complete = data[: data.rfind(b"\n") + 1]  # drop a trailing partial line
-    rows = []
-    for n, line in enumerate(complete.splitlines(), 1):
-        if line.strip():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{n}: not valid JSON ({e.msg})") from None
-    return rows
-
-
-def _last_jsonl(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        return {}
-    with open(path, "rb") as f:
-        size = f.seek(0, os.SEEK_END)
-        end = _last_newline_end(f, size)
-        if end == 0:
-            return {}
-        start = _last_newline_end(f, end - 1)
-        f.seek(start)
-        line = f.read(end - start)
-    return json.loads(line) if line.strip() else {}
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass  # some filesystems refuse fsync on directories; the rename is still atomic
-    finally:
-        os.close(fd)
-
-
 def _rmtree(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
-
-
-def _finite(value: Any) -> Any:
-    """Replace non-finite floats by None (strict JSON), recursively."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
-    return value
 
 
 def _fresh_dir(root: Path, base: str) -> tuple[str, Path]:

@@ -29,6 +29,10 @@ Decoding = Literal["free", "constrained"]
 """free: free text, mapped to the nearest valid action by the env; constrained: sampling restricted
 token by token to the prefix tree of the step's valid actions."""
 
+PromptStyle = Literal["paper", "compact"]
+"""How the policy's chat is laid out (`policy.prompts`): the paper's appendix prompt, or the short one
+whose notes sit right before the answer. Each environment names its own (`envs.PROMPT_STYLES`)."""
+
 TipOrigin = Literal["generated", "manual", "imported"]
 """Where a tip came from: written by the policy, added or edited by hand, or imported from JSONL."""
 
@@ -191,6 +195,15 @@ class Episode:
     """The tip the policy wrote about this episode, if any."""
     created_at: float = 0.0
     """Unix time when the episode finished."""
+    task_description: str = ""
+    """The task instruction the agent was given (`Observation.task_description` at reset)."""
+    prompt_style: PromptStyle = "paper"
+    """The prompt style it was played in; every rebuild of its conversation uses this one."""
+    first_observation: str = ""
+    """The environment's text at reset (what the agent saw before its first action)."""
+    record: str = ""
+    """The environment's summary of the episode (`TextEnv.summarise_episode`, e.g. the trap's
+    "[from the record] …" line); "" when the environment gives none."""
 
     @property
     def return_(self) -> float:
@@ -223,6 +236,8 @@ class Episode:
             )
             for s in d["steps"]
         )
+        if "prompt_style" not in d:  # saved before episodes carried it: trap episodes were compact
+            d = {**d, "prompt_style": "compact" if d.get("env") == "trap" else "paper"}
         return Episode(**{**d, "steps": steps})
 
 

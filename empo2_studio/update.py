@@ -58,7 +58,7 @@ import torch
 from empo2_studio.algorithm import clipped_surrogate_loss, kl_penalty, low_prob_mask, tapered_off_policy_loss
 from empo2_studio.config import AlgoConfig, TrainConfig
 from empo2_studio.policy import Policy, Turn
-from empo2_studio.rollout import with_tips_message
+from empo2_studio.rollout import conversation as played_conversation
 from empo2_studio.types import Episode, UpdateMode
 
 MAX_TRAIN_TOKENS = TrainConfig.max_train_tokens
@@ -90,18 +90,13 @@ class UpdateSettings:
 
 
 def conversation(episode: Episode, update_mode: UpdateMode, *, n_turns: int | None = None) -> list[Turn]:
-    """The turns to score for `episode`: with tips only in on-policy-with-tips mode.
+    """The turns to score for `episode` (`rollout.conversation`): with tips only in on-policy-with-tips mode.
 
     Args:
         episode: a played episode. update_mode: which prompt variant the current log-probs use.
         n_turns: keep only the first n turns (the length limit); None = all.
     """
-    keep_tips = update_mode == "on-policy-with-tips"
-    steps = episode.steps if n_turns is None else episode.steps[:n_turns]
-    return [
-        Turn(with_tips_message(s, episode.env) if keep_tips else s.user_message, s.sample.token_ids, s.valid_actions)
-        for s in steps
-    ]
+    return list(played_conversation(episode, with_tips=update_mode == "on-policy-with-tips", n_turns=n_turns))
 
 
 def turn_ends(policy: Policy, episode: Episode, update_mode: UpdateMode) -> list[int]:

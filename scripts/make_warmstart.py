@@ -42,7 +42,8 @@ sys.path.insert(0, str(ROOT))
 
 from empo2_studio.config import EMBEDDED_MODEL, PolicyConfig  # noqa: E402
 from empo2_studio.envs.trap import CAN, DOORS, TASKS, TrapEnv, _route  # noqa: E402
-from empo2_studio.memory.reflection import FALLBACK_PREFIX, record_line  # noqa: E402
+from empo2_studio.envs.room_notes import record_line  # noqa: E402
+from empo2_studio.memory.reflection import FALLBACK_PREFIX  # noqa: E402
 from empo2_studio.policy import Turn, prompts  # noqa: E402
 from empo2_studio.types import RetrievedTip  # noqa: E402
 

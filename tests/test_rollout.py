@@ -124,9 +124,10 @@ def test_memory_mode_retrieves_every_step_and_records_both_prompts(store):
             assert 0 < len(s.tips) <= 10
             assert all(-1.0 <= t.similarity <= 1.0 for t in s.tips)
             assert s.tips[0].text not in s.user_message  # the tip-free variant
-            assert prompts.note_text(s.tips[0].text) in with_tips_message(s, "trap")
+            assert prompts.note_text(s.tips[0].text) in with_tips_message(s, "compact")
     # What the policy saw at step 0 is exactly the with-tips rendering of the recorded step.
-    assert policy.calls[0][0].turns[-1].user_text == with_tips_message(memory[0].steps[0], "trap")
+    assert memory[0].prompt_style == "compact"
+    assert policy.calls[0][0].turns[-1].user_text == with_tips_message(memory[0].steps[0], "compact")
 
 
 class SpyStore:
@@ -159,8 +160,9 @@ def test_memory_queries_of_a_lock_step_are_embedded_in_one_batch(store):
 
 
 def test_tips_of_memory_episodes_reuse_their_sampling_caches(tiny_policy, store):
-    from empo2_studio.memory.reflection import TIP_INSTRUCTION, episode_turns
+    from empo2_studio.memory.reflection import TIP_INSTRUCTION
     from empo2_studio.policy import Turn
+    from empo2_studio.rollout import conversation as episode_turns
 
     write_group_tips(tiny_policy, store, _group(tiny_policy, None, "naive", n=2, limit=3))
     tiny_policy.clear_cache()
@@ -279,7 +281,7 @@ def test_a_compact_prompt_shows_three_curated_notes_and_says_why_not_the_rest(st
         cut = [k for k in s.skipped_tips if k.reason.startswith("a compact prompt shows")]
         assert [prompts.note_text(k.text) for k in cut] == ["Focus on the bulb.", "Turn it on."]
         assert cut[0].reason == "a compact prompt shows the 3 best-scored notes only (score 87.0)"
-        assert "Turn it on." not in with_tips_message(s, "trap")
+        assert "Turn it on." not in with_tips_message(s, "compact")
 
 
 def test_a_compact_prompt_shows_the_agents_best_scored_note_only(store):
@@ -308,4 +310,4 @@ def test_a_curated_plan_is_shown_from_its_first_unplayed_step(store):
         assert tip.pinned  # a hand-added tip is curated, so pinned
         assert prompts.note_text(tip.text) == f"{where}: " + ", then ".join(gold[k:]) + "."
         # what the policy was shown is what every later rebuild (scoring, reflection) renders
-        assert policy.calls[k][0].turns[-1].user_text == with_tips_message(step, "trap")
+        assert policy.calls[k][0].turns[-1].user_text == with_tips_message(step, "compact")

@@ -217,3 +217,15 @@ def test_current_history_drops_rows_a_resume_superseded():
     assert [(r["kind"], r["iteration"]) for r in current_history(rows)] == [
         ("train", 1), ("resume", 1), ("train", 2), ("resume", 2), ("distill", 3)]
     assert current_history([]) == []
+
+
+def test_episodes_saved_before_the_new_fields_read_back_with_their_prompt_style():
+    from dataclasses import replace
+
+    ep = replace(make_episode("e1"), task_description="Turn on the bulb.", prompt_style="compact",
+                 first_observation="A room.", record="[from the record] x")  # fmt: skip
+    assert Episode.from_dict(ep.to_dict()) == ep
+    old = {k: v for k, v in ep.to_dict().items() if k not in ("task_description", "prompt_style", "first_observation", "record")}
+    back = Episode.from_dict(old)
+    assert (back.prompt_style, back.task_description, back.first_observation, back.record) == ("compact", "", "", "")
+    assert Episode.from_dict({**old, "env": "scienceworld"}).prompt_style == "paper"

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
-from empo2_studio.types import Observation, Split, StepResult
+from empo2_studio.types import Episode, Observation, PromptStyle, Split, StepResult
 
 if TYPE_CHECKING:
     from empo2_studio.config import EnvConfig
@@ -26,6 +26,11 @@ ACTION_FORMATS: dict[str, tuple[str, ...]] = {
 }
 """The action templates each environment accepts, for the prompt (method.md §3 "Action format").
 ScienceWorld's are its own simulator templates ("go to", "pour … in"), not the paper's shorthand."""
+
+PROMPT_STYLES: dict[str, PromptStyle] = {"trap": "compact", "scienceworld": "paper"}
+"""The prompt style each environment is played in (`policy.prompts`); an environment not listed gets
+"paper". The trap's compact prompt drops the few-shot runs and the action list (they were half of
+every turn's tokens on a CPU) and puts its notes right before the answer, where the 135M model reads them."""
 
 
 class TextEnv(Protocol):
@@ -65,6 +70,13 @@ class TextEnv(Protocol):
 
     def close(self) -> None:
         """Release resources (the JVM for ScienceWorld). Idempotent."""
+        ...
+
+    def summarise_episode(self, episode: Episode) -> str | None:
+        """What a finished `episode` of this environment found, in one line a later prompt can carry
+        (stored with the episode's tip, see `memory.reflection.with_record`), or None when the
+        environment has nothing to say. The trap and ScienceWorld give their "[from the record] …"
+        line (`envs.room_notes`): knowledge of their observation text stays here, not in memory/."""
         ...
 
 

@@ -27,7 +27,8 @@ from typing import Any
 from scienceworld.constants import ID2TASK
 
 from empo2_studio.envs.actions import correct_action
-from empo2_studio.types import Observation, Split, StepResult
+from empo2_studio.envs.room_notes import episode_record
+from empo2_studio.types import Episode, Observation, Split, StepResult
 
 FEWSHOT_DIR = Path(__file__).resolve().parents[2] / "assets" / "fewshot"
 FEWSHOT_PATH = FEWSHOT_DIR / "scienceworld.json"
@@ -288,6 +289,11 @@ class ScienceWorldEnv:
         if self._finalizer is not None:
             self._finalizer()
         self._sim = self._proc = self._finalizer = self._loaded = self._episode = None
+
+    def summarise_episode(self, episode: Episode) -> str | None:
+        """The episode's record line (`envs.room_notes`: ScienceWorld describes rooms in the words the
+        trap copies); None when it has nothing to say."""
+        return episode_record(episode) or None
 
     def __enter__(self) -> ScienceWorldEnv:
         return self

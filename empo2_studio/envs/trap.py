@@ -31,7 +31,8 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from empo2_studio.envs.actions import correct_action
-from empo2_studio.types import Observation, Split, StepResult
+from empo2_studio.envs.room_notes import episode_record
+from empo2_studio.types import Episode, Observation, Split, StepResult
 
 START_ROOM = "hallway"
 SIDE_ROOMS = ("kitchen", "workshop", "greenhouse", "bedroom")
@@ -311,6 +312,10 @@ class TrapEnv:
 
     def close(self) -> None:
         self._state = None
+
+    def summarise_episode(self, episode: Episode) -> str | None:
+        """The episode's record line (`envs.room_notes`); None when it has nothing to say."""
+        return episode_record(episode) or None
 
     # ---- rules ---------------------------------------------------------------------------------
     def _score(self) -> float:

@@ -1,7 +1,7 @@
 """The tip table's schema (one `LanceModel`), input validation, safe filters, the JSONL tip format.
 
-Everything here works without a database connection: `tip_store.py` validates every value with these functions
-before it touches the table, so bad input raises and leaves the table unchanged.
+Everything here works without a database connection: the tip table (`tip_table.py`, `tip_store.py`)
+validates every value with these functions before it touches the table, so bad input raises and leaves the table unchanged.
 
 Tip JSONL format (export and import; UTF-8, one JSON object per line, blank lines ignored)
 -----------------------------------------------------------------------------------------

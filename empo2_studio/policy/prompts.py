@@ -1,6 +1,6 @@
 """The agent's chat, as text (../shared/method.md §3 "Action format / prompt"; paper App. B).
 
-Two prompt styles, chosen by environment (`PROMPT_STYLES`):
+Two prompt styles, chosen by environment (`envs.PROMPT_STYLES`; an episode carries its own):
 
 - "paper" (ScienceWorld): the structure of the paper's appendix, described below.
 - "compact" (the exploration trap): task, one-line instruction and observation (which names the room's
@@ -27,6 +27,7 @@ import dataclasses
 import re
 from typing import Sequence
 
+from empo2_studio.envs.task_text import focus_items  # noqa: F401  (re-exported: the prompt lists them)
 from empo2_studio.types import Observation, RetrievedTip
 
 INTRO = (
@@ -41,7 +42,6 @@ LOOK_HINT = 'When you arrive in a new place, use "look around" to see what is th
 TIPS_HEADER = "Notes you wrote during your earlier attempts at this task:"
 
 _DEFAULT_FORMATS = ("look around", "go to LOC", "open OBJ", "pick up OBJ", "focus on OBJ", "move OBJ to OBJ")
-_FOCUS = re.compile(r"focus on (?:the |a |an )?(.+?)(?=[.,;:!?]|\s+(?:and|then)\s|$)", re.IGNORECASE)
 
 
 def action_formats(env_name: str) -> tuple[str, ...]:
@@ -54,18 +54,6 @@ def action_formats(env_name: str) -> tuple[str, ...]:
     return tuple(ACTION_FORMATS.get(env_name, _DEFAULT_FORMATS))
 
 
-def focus_items(task_description: str) -> tuple[str, ...]:
-    """The objects the task says to focus on, in order, without duplicates.
-
-    >>> focus_items("Your task is to find the red bulb. First, focus on the red bulb. Then, pick it up.")
-    ('red bulb',)
-    """
-    seen: dict[str, None] = {}
-    for m in _FOCUS.finditer(task_description):
-        seen.setdefault(m.group(1).strip(), None)
-    return tuple(k for k in seen if k)
-
-
 def _examples_block(fewshot: Sequence[str]) -> str:
     if not fewshot:
         return ""
@@ -73,14 +61,14 @@ def _examples_block(fewshot: Sequence[str]) -> str:
     return INTRO + "\n\n" + "\n\n".join(runs) + "\n\n"
 
 
-PROMPT_STYLES: dict[str, str] = {"trap": "compact"}
-"""Prompt style per environment name; environments not listed use "paper"."""
 COMPACT_INSTRUCTION = "Reply with one action."
 COMPACT_NOTES_HEADER = "Notes from your earlier attempts:"
 
 
 def prompt_style(env_name: str) -> str:
-    """"compact" or "paper" for `env_name` (see the module docstring)."""
+    """"compact" or "paper" for `env_name` (`envs.PROMPT_STYLES`; see the module docstring)."""
+    from empo2_studio.envs import PROMPT_STYLES
+
     return PROMPT_STYLES.get(env_name, "paper")
 
 
@@ -180,7 +168,7 @@ def _first_notes(tips: Sequence[RetrievedTip], n: int) -> tuple[list[RetrievedTi
 
 PLAN_SEPARATOR = ", then "
 """How a note's plan joins its steps: curated tips (`TrapEnv.curated_tip`) and record lines
-(`memory.reflection.record_line`) both write "…: go to kitchen, then focus on X, then turn on X"."""
+(`envs.room_notes.record_line`) both write "…: go to kitchen, then focus on X, then turn on X"."""
 
 
 def remaining_plan(note: str, played: Sequence[str]) -> str:

@@ -4,17 +4,18 @@
 `play_side_by_side` plays a naive and a memory episode at once for the studio; `write_group_tips` lets
 the policy summarise finished episodes into the tip memory; `summary` defines an episode's return,
 the score/success means and the per-iteration sampling seed; `draw_update_mode` (from
-`algorithm.schedule`) picks an iteration's update mode with the paper's p and q.
+`algorithm.schedule`) picks an iteration's update mode with the paper's p and q; `conversation`
+rebuilds an episode's turns as the policy saw them (the one builder rollout, reflection and update share).
 """
 
 from empo2_studio.algorithm.schedule import draw_update_mode
+from empo2_studio.rollout.conversation import conversation, step_turn, user_turn, with_tips_message
 from empo2_studio.rollout.episodes import (
     Timings,
     key_text,
     play_group,
     play_side_by_side,
     seed_policy,
-    with_tips_message,
     write_group_tips,
 )
 from empo2_studio.rollout.summary import (
@@ -28,6 +29,7 @@ from empo2_studio.rollout.summary import (
 
 __all__ = [
     "Timings",
+    "conversation",
     "draw_update_mode",
     "episode_return",
     "key_text",
@@ -38,7 +40,9 @@ __all__ = [
     "seed_policy",
     "state_keys",
     "step_rewards",
+    "step_turn",
     "success_rate",
+    "user_turn",
     "with_tips_message",
     "write_group_tips",
 ]

@@ -29,18 +29,11 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from empo2_studio.envs import TextEnv
-from empo2_studio.policy import ActionRequest, Turn
-from empo2_studio.policy import prompts
+from empo2_studio.policy import ActionRequest, Turn, prompts
+from empo2_studio.rollout.conversation import conversation, step_turn, user_turn
 from empo2_studio.types import (
-    Episode,
-    Observation,
-    RetrievedTip,
-    RolloutMode,
-    SkippedTip,
-    Split,
-    Step,
-    UpdateMode,
-)
+    Episode, Observation, PromptStyle, RetrievedTip, RolloutMode, SkippedTip, Split, Step, UpdateMode,
+)  # fmt: skip
 
 if TYPE_CHECKING:  # annotations only: the rollout runs on any object with these members
     from empo2_studio.algorithm import NoveltyReward
@@ -74,6 +67,9 @@ class _Live:
     rollout_mode: RolloutMode
     obs: Observation
     step_limit: int
+    prompt_style: PromptStyle
+    first: Observation
+    """The observation at reset."""
     fewshot: tuple[str, ...]
     turns: list[Turn] = field(default_factory=list)
     """The conversation as the policy saw it (tips blocks included)."""
@@ -196,7 +192,7 @@ def write_group_tips(
     if not episodes:
         return []
     t0 = time.perf_counter()
-    tips = write_tips(policy, episodes)
+    tips = write_tips(policy, episodes, [conversation(e) for e in episodes])
     out = []
     for episode, tip in zip(episodes, tips, strict=True):
         if tip.strip():
@@ -231,14 +227,6 @@ def _cap(text: str) -> str:
     return text[-KEY_TAIL_CHARS:]
 
 
-def with_tips_message(step: Step, env_name: str = "") -> str:
-    """The user message exactly as the policy saw it when sampling `step` (tips block appended in the
-    prompt style of `env_name`)."""
-    if not step.tips:
-        return step.user_message
-    return prompts.with_tips(step.user_message, step.tips, prompts.prompt_style(env_name))
-
-
 def _play(
     envs: Sequence[TextEnv],
     policy: Policy,
@@ -270,16 +258,18 @@ def _play(
             if ep.done and not keep_caches:
                 policy.forget(ep.key)
     now = time.time()
-    return [
+    episodes = [
         Episode(
             episode_id=ep.key,
             env=envs[ep.index].name, task=task, variation=variation, split=split,
             rollout_mode=ep.rollout_mode, update_mode=update_mode, decoding=policy.decoding,
             temperature=temperature, seed=seed, steps=tuple(ep.steps), score=ep.obs.score, won=ep.won,
             policy_version=policy.version, group_id=group_id, created_at=now,
+            task_description=ep.first.task_description, prompt_style=ep.prompt_style, first_observation=ep.first.text,
         )  # fmt: skip
         for ep in live
     ]
+    return [replace(e, record=ep.env.summarise_episode(e) or "") for e, ep in zip(episodes, live)]
 
 
 def _start(
@@ -293,6 +283,7 @@ def _start(
             _Live(
                 index=i, env=env, key=f"{prefix}-{uuid.uuid4().hex[:8]}-{i}", rollout_mode=mode, obs=obs,
                 step_limit=env.step_limit(task), fewshot=tuple(env.fewshot_examples(task)),
+                prompt_style=prompts.prompt_style(env.name), first=obs,
             )  # fmt: skip
         )
     timings.add("env", t0)
@@ -320,13 +311,7 @@ def _advance(
     ]
     tips, skipped = _retrieve(store, running, messages, task, variation, timings)
     requests = [
-        ActionRequest(
-            key=ep.key,
-            turns=(
-                *ep.turns,
-                Turn(prompts.with_tips(user, t, prompts.prompt_style(ep.env.name)), None, ep.obs.valid_actions),
-            ),
-        )
+        ActionRequest(key=ep.key, turns=(*ep.turns, user_turn(user, t, ep.prompt_style, ep.obs.valid_actions)))
         for ep, user, t in zip(running, messages, tips)
     ]
     t0 = time.perf_counter()
@@ -336,8 +321,8 @@ def _advance(
     results = [ep.env.step(s.text) for ep, s in zip(running, samples)]
     timings.add("env", t0)
     bonuses = _novelty(results, embedder, novelty, timings)
-    rows = zip(running, messages, tips, skipped, requests, samples, results, bonuses)
-    for ep, user, t, miss, req, sample, result, bonus in rows:
+    rows = zip(running, messages, tips, skipped, samples, results, bonuses)
+    for ep, user, t, miss, sample, result, bonus in rows:
         step = Step(
             index=len(ep.steps), user_message=user, tips=tuple(t), skipped_tips=tuple(miss),
             valid_actions=ep.obs.valid_actions,
@@ -345,7 +330,7 @@ def _advance(
             score=result.observation.score, observation=result.observation.text, intrinsic_reward=bonus,
         )  # fmt: skip
         ep.steps.append(step)
-        ep.turns.append(Turn(req.turns[-1].user_text, sample.token_ids, ep.obs.valid_actions))
+        ep.turns.append(step_turn(step, ep.prompt_style))
         ep.pairs.append((user, sample.text))
         ep.obs = result.observation
         ep.won = result.won
@@ -371,7 +356,7 @@ def _retrieve(
     queries = [_cap(prompts.conversation_text([*running[i].pairs, (messages[i], "")])) for i in wanted]
     for i, (tips, miss) in zip(wanted, store.retrieve_explained(task, variation, queries)):
         found[i], skipped[i] = list(tips), list(miss)
-        if prompts.prompt_style(running[i].env.name) == "compact":
+        if running[i].prompt_style == "compact":
             found[i], cut = prompts.compact_notes_cut(found[i])
             why = [prompts.compact_cut_reason(found[i], t) for t in cut]
             skipped[i] = [SkippedTip(t.tip_id, t.text, t.score, t.similarity, w) for t, w in zip(cut, why)] + skipped[i]

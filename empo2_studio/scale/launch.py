@@ -29,8 +29,8 @@ def run_train_distributed(cmd: Any, cli: Any) -> int:
     ctx = DistContext.from_env()
     try:
         if cmd.resume:
-            session = cli._open(cmd.resume, cmd.sessions_dir)
-            cli._refuse_config_change(session, cmd.run)
+            session = cli.open_session(cmd.resume, cmd.sessions_dir)
+            cli.refuse_config_change(session, cmd.run)
             _usage(cli, lambda: check_launch(session.config, ctx.world_size, resuming=True))
             trainer = DistributedTrainer.resume(session, ctx=ctx)
             total = session.config.train.iterations
@@ -48,21 +48,21 @@ def run_train_distributed(cmd: Any, cli: Any) -> int:
             made: tuple[str, str] = ("", "")
             if ctx.is_main:
                 try:
-                    cli._check_env(cfg)
-                    cli._check_adapter(cfg)
-                    made = (Session.create(cli._root(cmd.sessions_dir), cfg).run_id, "")
+                    cli.check_env(cfg)
+                    cli.check_adapter(cfg)
+                    made = (Session.create(cli.session_root(cmd.sessions_dir), cfg).run_id, "")
                 except (cli.UsageError, ValueError, FileExistsError) as e:
                     made = ("", str(e))
             run_id, error = ctx.broadcast(made)
             if error:
                 raise cli.UsageError(error)
-            session = Session.open(cli._root(cmd.sessions_dir), run_id)
+            session = Session.open(cli.session_root(cmd.sessions_dir), run_id)
             try:
                 trainer = DistributedTrainer(session.config, session, ctx=ctx)
             except ValueError as e:  # the config names something the model lacks: as `run_train`
                 if ctx.is_main:
-                    cli._discard_new_session(session)
-                raise cli.UsageError(cli._message(e)) from None
+                    cli.discard_new_session(session)
+                raise cli.UsageError(cli.message(e)) from None
             if ctx.is_main:
                 print(f"session {session.run_id} in {session.dir} ({ctx.world_size} processes, {ctx.backend})", file=sys.stderr)
             todo = session.config.train.iterations

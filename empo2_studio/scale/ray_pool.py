@@ -88,6 +88,9 @@ class RemoteEnv:
     def step(self, action_text: str) -> Any:
         return self._call("step", action_text)
 
+    def summarise_episode(self, episode: Any) -> str | None:
+        return self._call("summarise_episode", episode)
+
     def java_pid(self) -> int | None:
         """The pid of this instance's JVM (None before its first reset, or for the trap env)."""
         return self._ray.get(self._actor.java_pid.remote())

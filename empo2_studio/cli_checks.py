@@ -1,0 +1,135 @@
+"""The checks `empo2-studio` makes before any model loads or any session is written.
+
+A bad task, variation, adapter, tip file, unknown run or a config change on resume is bad input: each
+check raises `UsageError` (exit code 2) with a message naming the bad value and the valid ones, and
+leaves nothing on disk. `cli.py` runs the commands; `cli_commands.py` declares their flags.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Any
+
+from empo2_studio.config import RunConfig
+from empo2_studio.sessions import Session, default_sessions_root
+
+OK, FAILURE, USAGE, ABORTED = 0, 1, 2, 130
+"""Exit codes: ok, failure, usage (bad flag, invalid config, unknown run), aborted by a second Ctrl-C."""
+
+
+class UsageError(Exception):
+    """Bad input detected before any work started (exit code 2)."""
+
+
+def session_root(sessions_dir: Path | None) -> Path:
+    """`--sessions-dir`, else $EMPO2_SESSIONS_DIR, else ./sessions."""
+    return Path(sessions_dir) if sessions_dir is not None else default_sessions_root()
+
+
+def open_session(run_id: str, sessions_dir: Path | str | None) -> Session:
+    """The session `run_id`; UsageError naming the sessions that exist when there is none."""
+    try:
+        return Session.open(session_root(None if sessions_dir is None else Path(sessions_dir)), run_id)
+    except (FileNotFoundError, ValueError) as e:
+        raise UsageError(str(e)) from None
+
+
+def message(e: BaseException) -> str:
+    """An exception's text for the terminal (a KeyError's message without its quotes)."""
+    return e.args[0] if isinstance(e, KeyError) and e.args else str(e)
+
+
+def check_env(cfg: RunConfig) -> None:
+    """Reject an unknown task, or training variations outside the task's train split (no JVM starts)."""
+    from empo2_studio.envs import make_env
+
+    try:
+        env = make_env(cfg.env)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    try:
+        train = env.variations(cfg.env.task, "train")
+    finally:
+        env.close()
+    outside = [v for v in cfg.env.variations if v not in train]
+    if outside:
+        raise UsageError(
+            f"env.variations {outside} of {cfg.env.task!r} are outside its train split "
+            f"{train[0]}–{train[-1]}"
+        )
+
+
+def check_adapter(cfg: RunConfig) -> None:
+    """Reject `--policy.adapter DIR` that the base model cannot load (not a PEFT directory, another
+    base, another LoRA rank / targets, or tensor shapes of another model), reading only the adapter's
+    config, its safetensors header and the base model's config: no weights load, nothing is created."""
+    if not cfg.policy.adapter:
+        return
+    from empo2_studio.policy.loading import check_adapter  # torch loads only here
+
+    try:
+        check_adapter(cfg.policy.adapter, cfg.policy)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+
+
+def check_unseen_task(cfg: RunConfig, task: str) -> None:
+    """Adaptation needs a task of the run's env other than the one it trained on (no JVM starts)."""
+    from empo2_studio.envs import check_unseen_task, make_env
+
+    env = make_env(cfg.env)
+    try:
+        check_unseen_task(task, env.task_names(), cfg.env)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    finally:
+        env.close()
+
+
+def discard_new_session(session: Session) -> None:
+    """Remove a session this command just created, if nothing but its config was written to it."""
+    if session.latest_checkpoint() is None and not session.metrics() and not session.episodes():
+        shutil.rmtree(session.dir, ignore_errors=True)
+
+
+def check_tip_file(path: Path) -> None:
+    """Raise UsageError if `path` is not a readable tip JSONL file whose every line is valid."""
+    from empo2_studio.memory import records
+
+    if not path.is_file():
+        raise UsageError(f"no such file: {path}")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            records.parse_jsonl(fh)
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise UsageError(f"cannot import {path}: {e}") from None
+
+
+def refuse_config_change(session: Session, cfg: RunConfig) -> None:
+    """Resuming keeps the stored config: a different base model gets `check_compatible`'s message,
+    any other change is refused too (earlier iterations must stay described by config.json)."""
+    cfg = replace(cfg, run_id=session.config.run_id)
+    if cfg == session.config:
+        return
+    try:
+        session.check_compatible(cfg)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    changed = sorted(_diff(asdict(session.config), asdict(cfg)))
+    raise UsageError(
+        f"--resume continues {session.run_id!r} with its stored config; these flags would change it: "
+        f"{', '.join(changed)}. Start a new run instead: empo2-studio train --config "
+        f"{session.dir / 'config.json'} --run-id NEW_ID [flags]"
+    )
+
+
+def _diff(a: dict[str, Any], b: dict[str, Any], prefix: str = "") -> list[str]:
+    out = []
+    for k in a:
+        if isinstance(a[k], dict):
+            out += _diff(a[k], b[k], f"{prefix}{k}.")
+        elif a[k] != b[k]:
+            out.append(f"{prefix}{k}")
+    return out

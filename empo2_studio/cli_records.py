@@ -1,0 +1,75 @@
+"""The `empo2-studio` commands that read or edit a session's records without loading a model:
+`tips {list,export,import,reembed}` and `sessions`, with the text formatting the commands share."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict
+from typing import Any
+
+from empo2_studio.cli_checks import OK, check_tip_file, open_session, session_root
+from empo2_studio.cli_commands import SessionsCmd, TipsCmd, TipsExport, TipsImport, TipsList
+from empo2_studio.sessions import list_sessions
+
+SHOWN_METRICS = ("rollout/score_mean", "rollout/success_rate", "loss/policy", "mask/low_prob_frac")
+"""The metrics `train`'s progress bar and `sessions`' table show."""
+
+
+def run_tips(cmd: TipsCmd) -> int:
+    """`empo2-studio tips list|export|import|reembed --session RUN_ID`."""
+    a = cmd.action
+    session = open_session(a.session, a.sessions_dir)
+    if isinstance(a, (TipsList, TipsExport)) and not session.tips_path.exists():
+        print(f"session {session.run_id!r} has no tips yet")
+        return OK
+    if isinstance(a, TipsImport):  # a missing or malformed file is bad input: exit 2 before the embedder loads
+        check_tip_file(a.file)
+    from empo2_studio.memory import TipStore, make_embedder
+
+    embedder = make_embedder(session.config.memory.embedder)
+    store = TipStore.open(session.tips_path, embedder, session.config.memory, verify_embedder=False)
+    if isinstance(a, TipsList):
+        tips = store.list_tips(task=a.task, variation=a.variation, text_contains=a.contains, limit=a.limit)
+        for t in tips:
+            flag = "" if t.enabled else " [off]"
+            print(f"{t.tip_id[:8]}  {t.task}#{t.variation}  {t.score:6.1f}{flag}  {clip(t.text, 90)}")
+        print(f"{len(tips)} of {store.count()} tip(s)", file=sys.stderr)
+    elif isinstance(a, TipsExport):
+        n = store.export_jsonl(a.out, **({"task": a.task} if a.task else {}))
+        print(f"wrote {n} tip(s) to {a.out}")
+    elif isinstance(a, TipsImport):
+        result = store.import_jsonl(a.file)
+        print(f"imported {result.added} tip(s), skipped {result.skipped_duplicates} duplicate(s)")
+    else:
+        print(f"re-embedded {store.reembed(embedder)} tip(s) with {embedder.name!r}")
+    return OK
+
+
+def run_sessions(cmd: SessionsCmd) -> int:
+    """`empo2-studio sessions`: one line per run (or one JSON object with --json)."""
+    rows = list_sessions(session_root(cmd.sessions_dir))
+    if cmd.json:
+        for r in rows:
+            print(json.dumps({**asdict(r), "dir": str(r.dir)}))
+        return OK
+    if not rows:
+        print(f"no sessions in {session_root(cmd.sessions_dir)}")
+        return OK
+    print(f"{'run id':<44} {'env/task':<32} {'iter':>5} {'ckpts':>5}  last metrics")
+    for r in rows:
+        m = r.last_metrics
+        shown = "  ".join(f"{k.split('/')[-1]}={fmt(m[k])}" for k in ("kind", *SHOWN_METRICS[:3]) if k in m)
+        print(f"{r.run_id:<44} {clip(f'{r.env}/{r.task}', 32):<32} {r.iteration:>5} {r.checkpoints:>5}  {shown}")
+    return OK
+
+
+def fmt(v: Any) -> str:
+    """A metric value for the terminal (4 significant digits for floats)."""
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
+def clip(text: str, n: int) -> str:
+    """`text` on one line, cut to `n` characters with an ellipsis."""
+    text = " ".join(text.split())
+    return text if len(text) <= n else text[: n - 1] + "…"
