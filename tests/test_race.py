@@ -85,7 +85,7 @@ def test_the_grpo_arm_writes_no_tips_and_never_reflects(tmp_path, tiny_policy, m
 
     calls: list[int] = []
     real = reflection.write_tips
-    monkeypatch.setattr(reflection, "write_tips", lambda policy, episodes: (calls.append(len(episodes)), real(policy, episodes))[1])
+    monkeypatch.setattr(reflection, "write_tips", lambda policy, episodes, *a, **k: (calls.append(len(episodes)), real(policy, episodes, *a, **k))[1])
     race = Race.create(tmp_path, race_cfg(), policy=tiny_policy, embedder=make_embedder("hash"), run_id="g", arms=("GRPO",))
     grpo = race.trainers["GRPO"]
     tips_before = grpo.store.count()
