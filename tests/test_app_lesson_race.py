@@ -136,7 +136,7 @@ class RecordingJob(Job):
 def test_the_lesson_job_shows_each_distill_step_as_it_ends(studio):
     task = "trap-find-animal"
     run_id = ls.lesson_session(studio, task).dir.name
-    assert "rough estimate: nothing measured" in ls.time_hint({}) and "about 13 min" in ls.time_hint({})  # 3 × 16 × 5 s + 5 × 16 × 7 s = 800 s
+    assert "rough estimate: nothing measured" in ls.time_hint({}) and "about 14 min" in ls.time_hint({})  # 16 × (2 × 3 + 10 + 5 × 7) s = 816 s
     job = RecordingJob("lesson")
     settings = ls.settings_from_form(task, ["0"], 2, 3)
     ls.run_lesson_job(studio, job, run_id=run_id, settings=settings, stage="all", tips={0: curated_tip(task, 0)})

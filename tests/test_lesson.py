@@ -188,6 +188,7 @@ def test_rows_appear_as_they_are_computed(trainer):
     naive_row = [r for r in trainer.session.metrics() if r.get("lesson/stage") == "naive"][-1]
     assert naive_row["time/episode"] == pytest.approx(results[0].seconds / 4)
     assert lesson.rates == {"episode": pytest.approx(results[-1].seconds / 4),
+                            "memory_episode": pytest.approx(results[2].seconds / 4),
                             "distill_episode": pytest.approx(distill.seconds / 3 / 4)}
     with pytest.raises(ValueError, match="unknown lesson stage 'warmup'"):
         lesson.run_stage("warmup")

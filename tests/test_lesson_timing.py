@@ -33,16 +33,18 @@ def test_eta_uses_the_prior_until_a_unit_is_measured():
 def test_rates_come_from_the_latest_measured_lesson_rows():
     rows = [
         {"kind": "lesson", "lesson/stage": "naive", "time/episode": 4.0},
+        {"kind": "lesson", "lesson/stage": "memory", "time/episode": 30.0},
         {"kind": "train", "time/episode": 99.0},
         {"kind": "lesson", "lesson/stage": "distill", "time/distill_step": 120.0, "distill/episodes": 16.0},
         {"kind": "lesson", "lesson/stage": "naive_again", "time/episode": 6.0},
     ]
-    assert timing.rates_from_metrics(rows) == {"episode": 6.0, "distill_episode": 7.5}
+    assert timing.rates_from_metrics(rows) == {"episode": 6.0, "memory_episode": 30.0, "distill_episode": 7.5}
     assert timing.rate({}, "episode") == (timing.FALLBACK["episode"], False)
     with pytest.raises(ValueError, match="unknown time unit 'step'"):
         timing.rate({}, "step")
-    # 2 variations × 8 episodes: 3 playing stages × 16 × 6 s + 5 steps × 16 × 7.5 s
-    assert timing.lesson_seconds(2, 8, 5, {"episode": 6.0, "distill_episode": 7.5}) == 288 + 600
+    # 2 variations × 8 episodes: 2 naive stages × 16 × 6 s + 16 × 30 s + 5 steps × 16 × 7.5 s
+    assert timing.lesson_seconds(2, 8, 5, {"episode": 6.0, "memory_episode": 30.0, "distill_episode": 7.5}) == 192 + 480 + 600
+    assert timing.lesson_seconds(2, 8, 5, {}) == 16 * (2 * 3.0 + 10.0 + 5 * 7.0)  # the fallback: 816 s
     assert "rough estimate" in timing.rates_note({}) and "measured on this machine" in timing.rates_note({"episode": 6.0})
     assert (timing.clock_text(75), timing.clock_text(3725), timing.minutes_text(40), timing.minutes_text(828)) == (
         "1:15", "1:02:05", "40 s", "about 14 min")

@@ -274,7 +274,7 @@ class Lesson:
         ids: list[str] = []
         stopped = False
         n = len(s.variations)
-        per_episode, measured = rate(self.rates, "episode")
+        per_episode, measured = rate(self.rates, "memory_episode" if mode == "memory" else "episode")
         eta = Eta(n, (per_episode * s.episodes, "the last lesson's episode time" if measured else "rough estimate"))
         for i, v in enumerate(s.variations):
             if stop is not None and stop.is_set():

@@ -15,12 +15,14 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-FALLBACK: dict[str, float] = {"episode": 5.0, "distill_episode": 7.0}
+FALLBACK: dict[str, float] = {"episode": 3.0, "memory_episode": 10.0, "distill_episode": 7.0}
 """Rough seconds per unit with the embedded model on a loaded 2-core CPU, used only before anything
-was measured: "episode" = one played episode of a lock-step group (step limit 10); "distill_episode"
-= one memory episode in one distill step (a step over 16 episodes ≈ 110 s)."""
+was measured: "episode" = one naive episode of a lock-step group; "memory_episode" = one memory
+episode (a longer prompt, and it plays on to success instead of failing early); "distill_episode" =
+one memory episode in one distill step (a step over 16 episodes ≈ 110 s). Together: a default lesson
+≈ 14 min, as measured on such a machine (notebook 2026-12-03-lesson-race)."""
 
-RATE_KEYS = ("episode", "distill_episode")
+RATE_KEYS = ("episode", "memory_episode", "distill_episode")
 
 
 def clock_text(seconds: float) -> str:
@@ -45,15 +47,16 @@ def minutes_text(seconds: float) -> str:
 
 
 def rates_from_metrics(rows: Sequence[Mapping[str, Any]]) -> dict[str, float]:
-    """Seconds per unit ("episode", "distill_episode") from the latest `kind: lesson` rows that
-    recorded them; a unit never measured is absent."""
+    """Seconds per unit (`RATE_KEYS`) from the latest `kind: lesson` rows that recorded them: a naive
+    stage's "episode", the memory stage's "memory_episode", the distill stage's "distill_episode";
+    a unit never measured is absent."""
     out: dict[str, float] = {}
     for row in rows:
         if row.get("kind") != "lesson":
             continue
         per_episode = row.get("time/episode")
         if isinstance(per_episode, (int, float)) and per_episode > 0:
-            out["episode"] = float(per_episode)
+            out["memory_episode" if row.get("lesson/stage") == "memory" else "episode"] = float(per_episode)
         step, n = row.get("time/distill_step"), row.get("distill/episodes")
         if isinstance(step, (int, float)) and isinstance(n, (int, float)) and step > 0 and n > 0:
             out["distill_episode"] = float(step) / float(n)
@@ -68,10 +71,11 @@ def rate(rates: Mapping[str, float], unit: str) -> tuple[float, bool]:
 
 
 def lesson_seconds(variations: int, episodes: int, distill_steps: int, rates: Mapping[str, float]) -> float:
-    """Expected seconds of a whole lesson: three playing stages of `variations` × `episodes`
-    episodes and `distill_steps` steps over the memory stage's episodes."""
+    """Expected seconds of a whole lesson: two naive stages and one memory stage of `variations` ×
+    `episodes` episodes, and `distill_steps` steps over the memory stage's episodes."""
     played = variations * episodes
-    return 3 * played * rate(rates, "episode")[0] + distill_steps * played * rate(rates, "distill_episode")[0]
+    per = {unit: rate(rates, unit)[0] for unit in RATE_KEYS}
+    return played * (2 * per["episode"] + per["memory_episode"] + distill_steps * per["distill_episode"])
 
 
 def rates_note(rates: Mapping[str, float]) -> str:
@@ -79,7 +83,8 @@ def rates_note(rates: Mapping[str, float]) -> str:
     if not any(k in rates for k in RATE_KEYS):
         return "a rough estimate: nothing measured on this machine yet (the first stage measures it)"
     parts = []
-    for unit, what in (("episode", "per played episode"), ("distill_episode", "per memory episode per distill step")):
+    for unit, what in (("episode", "per naive episode"), ("memory_episode", "per memory episode"),
+                       ("distill_episode", "per memory episode per distill step")):  # fmt: skip
         seconds, measured = rate(rates, unit)
         parts.append(f"{seconds_text(seconds)} {what}" + ("" if measured else " (rough estimate)"))
     return "measured on this machine by the last lesson: " + ", ".join(parts)
