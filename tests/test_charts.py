@@ -62,6 +62,7 @@ def test_step_axes_tick_whole_numbers_and_sides_differ():
     assert naive["marker"]["symbol"] != memory["marker"]["symbol"] and naive["line"]["dash"] != memory["line"]["dash"]
     assert naive["line"]["color"] != memory["line"]["color"]
     assert (fig["layout"]["xaxis"]["dtick"], fig["layout"]["xaxis"]["tick0"]) == (1, 1)  # no tick at 1.5 or 2.5
+    assert fig["layout"]["yaxis"]["range"] == [-105, 105] and fig["layout"]["yaxis"]["dtick"] == 50  # a flat line at 10 stays readable
     long_run = charts.compare_runs_figure({"a": [{"iteration": i, "x": 1.0} for i in range(1, 200)]}, "x").to_dict()
     assert long_run["layout"]["xaxis"]["tickformat"] == "d" and "dtick" not in long_run["layout"]["xaxis"]
     modes = charts.score_by_mode_figure([{"iteration": 1, "rollout/score_mean": 1.0, "rollout/update_mode": 0.0},

@@ -24,6 +24,8 @@ LINE_MARKERS = ("circle", "square-open", "diamond", "triangle-up-open", "x", "st
 """Markers for charts with one line per key / run, in order."""
 LINE_DASHES = ("solid", "dash", "dot", "dashdot")
 EMPTY_TEXT = "no data yet"
+SCORE_AXIS = {"range": [-105, 105], "tick0": -100, "dtick": 50}
+"""Every score axis: the env's whole −100 … 100 scale, so a flat line does not zoom into 24.5 … 25.5."""
 INTEGER_TICKS_UP_TO = 30
 """Axes of iterations, steps or trials get a tick at every whole number up to this span."""
 
@@ -82,7 +84,7 @@ def episode_scores_figure(scores: Mapping[str, Sequence[float]]) -> go.Figure:
                 line={"color": SIDE_COLOURS.get(side), "dash": dash}, marker={"symbol": symbol, "size": size},
             )
         )  # fmt: skip
-    return _finish(_layout(fig, "Running score", "step", "score (−100…100)"))
+    return _finish(_layout(fig, "Running score", "step", "score (−100…100)").update_yaxes(**SCORE_AXIS))
 
 
 def _is_number(v: object) -> bool:
@@ -141,7 +143,7 @@ def score_by_mode_figure(rows: Sequence[Mapping[str, object]], score_key: str = 
                 line={"dash": "dot", "color": MODE_COLOURS.get(mode)},
             )
         )  # fmt: skip
-    return _finish(_layout(fig, "Score by update mode", "iteration", "score (−100…100)"))
+    return _finish(_layout(fig, "Score by update mode", "iteration", "score (−100…100)").update_yaxes(**SCORE_AXIS))
 
 
 def train_figures(rows: Sequence[Mapping[str, object]], score_key: str = "rollout/score_mean") -> list[go.Figure]:
@@ -164,7 +166,7 @@ def adapt_figure(trials: Sequence[Mapping[str, float]], score_key: str = "adapt/
     if ys:
         fig.add_trace(go.Scatter(x=[0, max(xs[-1], 1)], y=[ys[0], ys[0]], mode="lines",
                                  name="trial 0 (no memory)", line={"color": SIDE_COLOURS["naive"], "dash": "dash"}))
-    return _finish(_layout(fig, "Adaptation: score per trial", "trial", "score (−100…100)"))
+    return _finish(_layout(fig, "Adaptation: score per trial", "trial", "score (−100…100)").update_yaxes(**SCORE_AXIS))
 
 
 def compare_runs_figure(runs: Mapping[str, Sequence[Mapping[str, object]]], key: str) -> go.Figure:
@@ -228,5 +230,5 @@ def race_figure(rows: Mapping[str, Sequence[Mapping[str, object]]], labels: Mapp
     fig = _layout(fig, "EMPO² vs GRPO: training rollouts per iteration", "", "", height=340)
     fig.update_xaxes(title_text="iteration")
     fig.update_yaxes(title_text="success rate (%)", row=1, col=1, **PERCENT_AXIS)
-    fig.update_yaxes(title_text="mean score (−100…100)", range=[-105, 105], row=1, col=2)
+    fig.update_yaxes(title_text="mean score (−100…100)", row=1, col=2, **SCORE_AXIS)
     return _finish(fig)
