@@ -1,7 +1,7 @@
 """Run configuration: one frozen dataclass per subsystem, composed into `RunConfig`.
 
 Defaults follow ../shared/method.md (paper App. D.2 and the authors' recipe) where they apply to this
-project's scale; each departure is noted in the field's docstring and in the README. Imports only the
+project's scale; each departure is noted in the field's docstring and in docs/departures.md. Imports only the
 stdlib and `types`. Every choice set is written once, as a Literal alias; its tuple is read with `get_args`.
 
 `RunConfig.validate()` rejects bad values before anything starts and names the bad value and the valid
@@ -69,7 +69,7 @@ class PolicyConfig:
     """The embedded model name, a Hugging Face model id (offline cache) or a local directory."""
     quantization: Quantization = "auto"
     """Base weights: bitsandbytes nf4 with double quant, LLM.int8, or unquantized. "auto" = 4bit on
-    CUDA, none (float32) on a CPU, where bitsandbytes' 4-bit matmuls run 2.1× slower than float32
+    CUDA (none for the embedded model), none (float32) on a CPU, where bitsandbytes' 4-bit matmuls run 2.1× slower than float32
     (benchmarks/bench_policy.py) and the 135M model fits either way."""
     decoding: Decoding = "constrained"
     """free (the paper): text mapped to the closest valid action; constrained: sampling restricted to
@@ -88,7 +88,7 @@ class PolicyConfig:
     from (`adapter` or the warm start, which adapts the embedded model's last 12 of 30), else every layer."""
     gradient_checkpointing: bool = True
     """Recompute the adapted layers in the backward pass instead of keeping their activations
-    (`loading.checkpoint_adapted_layers`). Embedded model, trap, group 8 (bench_lesson part speed):
+    (`lora.checkpoint_adapted_layers`). Embedded model, trap, group 8 (bench_lesson part speed):
     peak RSS of an on-policy iteration 2.38 → 1.94 GB at the same 20 s, with-tips 5.42 → 3.40 GB
     for +5 % time."""
     max_action_tokens: int = 32
@@ -120,7 +120,7 @@ class MemoryConfig:
     """FIFO cap per (task, variation) (paper: 1000)."""
     pin_curated: bool = True
     """Show curated tips (added by hand, edited, or imported without a source episode) at every step
-    of their task and variation, before the similarity rule's picks (departure: see README)."""
+    of their task and variation, before the similarity rule's picks (departure: see docs/departures.md)."""
 
 
 @dataclass(frozen=True)
@@ -158,7 +158,7 @@ class AlgoConfig:
     ρ = π_θ(a|s) / π_old(a|s, tips); "tapered" = positive-advantage tokens learned with weight 1 instead
     of ρ, negative ones with the truncated weight min(ρ, 1) (TOPR, Le Roux et al. 2025). Departure: with
     the embedded model ρ ≈ 0.01 for the action a tip made likely, which scales the clipped surrogate's
-    gradient by 0.01 (see README, Departures)."""
+    gradient by 0.01 (see docs/departures.md)."""
     low_prob_mask: LowProbRule = "per-token"
     """Low-probability masking rule: per token (paper) or whole response (recipe)."""
     low_prob_threshold: float = -5.0
@@ -168,7 +168,7 @@ class AlgoConfig:
     "behaviour" = the sampling-time log-probs (recipe; with tips for a memory rollout). Departure from
     the paper text: with "tip-free", distillation drops exactly the tokens only a tip made likely
     (measured: "focus on green light bulb" has a token at log-prob −7.6 without the tip, −0.1 with it),
-    so naive success can never rise (see README, Departures)."""
+    so naive success can never rise (see docs/departures.md)."""
     adv_eps: float = 1e-6
     """ε in A = (R − mean) / (std + ε); must be > 0 (paper / recipe: 1e-6)."""
     intrinsic_coef: float = 1.0
@@ -177,7 +177,7 @@ class AlgoConfig:
     """ω of step-level credit (GiGPO's anchor-state groups; 0 = off, the paper's episode-level GRPO,
     GiGPO: 1): each turn's advantage becomes A_episode + ω · A_step, A_step standardising the turn's
     discounted return-to-go among the group's turns taken from the same environment state (an option
-    of this project, not part of EMPO²; see README)."""
+    of this project, not part of EMPO²; see docs/departures.md)."""
     step_gamma: float = 0.95
     """γ of the step-level return-to-go (GiGPO: 0.95); used only when `step_advantage_coef` > 0."""
     novelty_threshold: float = 0.9
@@ -218,7 +218,7 @@ class ScaleConfig:
     strategy: ScaleStrategy = "ddp"
     """Data-parallel engine with several processes: "ddp" (torch DistributedDataParallel through
     `accelerate`, every rank holds the whole model) or "fsdp" (sharded parameters, for models that do not
-    fit one device; refused at launch for now: the reason is in `scale.check_launch` and the README)."""
+    fit one device; refused at launch for now: the reason is in `scale.check_launch` and docs/scale-out.md)."""
     sampler: ScaleSampler = "hf"
     """Who samples rollout actions: the local HF model, or vLLM servers (`vllm_urls`, free decoding only)."""
     vllm_urls: tuple[str, ...] = ()

@@ -15,7 +15,7 @@ and the session the run is recorded in. One `step()` is one iteration:
 
 Learning rate: the paper's 1e-6 is for full fine-tuning of a 7B model. LoRA updates a tiny low-rank
 delta and needs a much larger step; `TrainConfig.learning_rate` (1e-4 by default) is the value this
-project uses for the embedded 135M model (see README and benchmarks/bench_learning.py).
+project uses for the embedded 135M model (see docs/benchmarks/learning.md).
 
 Evaluation and OOD adaptation live in `evaluation.py`; the update math in `update.py`.
 """
@@ -382,7 +382,8 @@ class Trainer:
             raise ValueError(f"session {session.dir} has no complete checkpoint to resume from")
         iteration, path = latest
         trainer.policy.load_adapter(str(path))
-        state = torch.load(Path(path) / STATE_FILE, weights_only=False)
+        # map_location: a GPU-written state resumes anywhere; the optimizer moves it to its parameters
+        state = torch.load(Path(path) / STATE_FILE, weights_only=False, map_location="cpu")
         trainer.iteration = int(state["iteration"])
         trainer.rng.setstate(state["rng"])
         trainer.optimizer.load_state_dict(state["optimizer"])

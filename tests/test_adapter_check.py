@@ -11,13 +11,9 @@ import torch
 
 from empo2_studio.cli import main
 from empo2_studio.config import PolicyConfig
-from empo2_studio.policy.loading import (
-    LLAMA_STYLE_TARGETS,
-    adapter_shape_mismatches,
-    check_adapter,
-    embedded_tokenizer_dir,
-    safetensors_shapes,
-)
+from empo2_studio.policy.adapter_check import adapter_shape_mismatches, check_adapter, safetensors_shapes
+from empo2_studio.policy.lora import LLAMA_STYLE_TARGETS
+from empo2_studio.policy.model_files import embedded_tokenizer_dir
 
 torch.set_num_threads(1)
 
@@ -59,7 +55,7 @@ def tiny_base_dir(folder: Path, *, weights: bool) -> Path:
     """A local model directory of the tiny Llama: its config (and weights + tokenizer when asked)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from empo2_studio.policy.loading import load_tokenizer
+    from empo2_studio.policy.model_files import load_tokenizer
 
     tok = load_tokenizer(embedded_tokenizer_dir())
     cfg = LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,

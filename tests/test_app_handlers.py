@@ -8,8 +8,8 @@ import time
 import gradio as gr
 import pytest
 
-from empo2_studio.app import charts, handlers as h, job_panel as jp, layout, render, sessions_tab as st
-from empo2_studio.app import race_tab as rc, tips_handlers as th
+from empo2_studio.app import adapt_tab as at, episodes_tab as et, figures, handlers as h, job_panel as jp, layout
+from empo2_studio.app import race_tab as rc, render, sessions_tab as st, tips_tab as th, train_tab as tt
 from empo2_studio.app.jobs import JobRegistry, readable_error
 from empo2_studio.app.studio import Studio
 from empo2_studio.types import ActionSample, RetrievedTip, Step
@@ -130,10 +130,10 @@ def test_a_job_finishing_while_a_poll_renders_is_polled_once_more(monkeypatch):
         studio.jobs.wait(job.job_id, 5)  # the job is done before this poll returns
         return [gr.skip()] * 5
 
-    monkeypatch.setattr(h, "train_charts", charts_while_the_job_ends)
-    status, *_, timer, seen = h.poll_training(studio, job.job_id, -1, "a")
+    monkeypatch.setattr(tt, "train_charts", charts_while_the_job_ends)
+    status, *_, timer, seen = tt.poll_training(studio, job.job_id, -1, "a")
     assert "[running]" in status and timer.active  # what it drew is stale, so it must poll again
-    status, *_, timer, seen = h.poll_training(studio, job.job_id, seen, "a")
+    status, *_, timer, seen = tt.poll_training(studio, job.job_id, seen, "a")
     assert "[done]" in status and not timer.active
 
 
@@ -147,7 +147,7 @@ def test_an_update_without_signal_says_so():
 
 # ---- charts and rendering --------------------------------------------------------------------------
 def test_episode_chart_has_one_line_per_side():
-    fig = charts.episode_scores_figure({"naive": [0, 10], "memory": [5, 25, 50]})
+    fig = figures.episode_scores_figure({"naive": [0, 10], "memory": [5, 25, 50]})
     assert [(t.name, list(t.x), list(t.y)) for t in fig.data] == [
         ("naive", [1, 2], [0, 10]), ("memory", [1, 2, 3], [5, 25, 50])]
 
@@ -158,14 +158,14 @@ def test_score_chart_groups_by_update_mode_code_and_skips_adapt_rows():
         {"iteration": 2, "kind": "train", "rollout/score_mean": 30.0, "rollout/update_mode": 2.0, "loss/policy": 0.2},
         {"iteration": 2, "kind": "adapt", "adapt/score_mean": 99.0, "rollout/score_mean": 99.0},
     ]
-    score, losses, clip, mask, tips = charts.train_figures(rows)
+    score, losses, clip, mask, tips = figures.train_figures(rows)
     assert {t.name: (list(t.x), list(t.y)) for t in score.data} == {
         "on-policy": ([1.0], [10.0]), "off-policy": ([2.0], [30.0])}
     assert [(t.name, list(t.y)) for t in losses.data] == [("loss/policy", [0.5, 0.2])]
 
 
 def test_adapt_chart_draws_trial0_baseline():
-    fig = charts.adapt_figure([{"adapt/score_mean": -20.0}, {"adapt/score_mean": 10.0}, {"adapt/score_mean": 30.0}])
+    fig = figures.adapt_figure([{"adapt/score_mean": -20.0}, {"adapt/score_mean": 10.0}, {"adapt/score_mean": 30.0}])
     assert list(fig.data[0].y) == [-20.0, 10.0, 30.0]
     assert list(fig.data[1].y) == [-20.0, -20.0]
 
@@ -207,39 +207,39 @@ def test_page_load_during_model_preparation_does_not_deadlock(tmp_path, studio_c
 
 
 def test_env_change_preselects_the_session_task(studio):
-    tasks, variations = h.env_changed(studio, "trap", "train", RUN)
+    tasks, variations = et.env_changed(studio, "trap", "train", RUN)
     assert tasks.value == TASK and variations.value == studio.meta_env("trap").variations(TASK, "train")[0]
 
 
 def test_variations_are_labelled_with_their_split(studio):
-    update = h.task_changed(studio, "trap", TASK, "test")
+    update = et.task_changed(studio, "trap", TASK, "test")
     variations = studio.meta_env("trap").variations(TASK, "test")
     assert update.choices[0] == (f"{variations[0]} · test", variations[0])
     with pytest.raises(gr.Error, match="split must be one of"):
-        h.task_changed(studio, "trap", TASK, "holdout")
+        et.task_changed(studio, "trap", TASK, "holdout")
 
 
 def test_bad_episode_input_is_a_readable_error(studio):
     with pytest.raises(gr.Error, match="pick a variation"):
-        h.start_side_by_side(studio, RUN, "trap", TASK, None, "train", 0, 0.4, "current")
+        et.start_side_by_side(studio, RUN, "trap", TASK, None, "train", 0, 0.4, "current")
     with pytest.raises(gr.Error, match="temperature must be in"):
-        h.start_side_by_side(studio, RUN, "trap", TASK, 0, "train", 0, 0.0, "current")
+        et.start_side_by_side(studio, RUN, "trap", TASK, 0, "train", 0, 0.0, "current")
 
 
 def test_side_by_side_streams_both_columns_and_is_saved(studio):
-    job_id, _, _, seen = h.start_side_by_side(studio, RUN, "trap", TASK, 0, "train", 0, 1.0, "current")
+    job_id, _, _, seen = et.start_side_by_side(studio, RUN, "trap", TASK, 0, "train", 0, 1.0, "current")
     job = studio.jobs.wait(job_id, 120)
     assert job.status == "done", job.error
-    status, naive_html, memory_html, fig, timer, seen = h.poll_side_by_side(studio, job_id, seen)
+    status, naive_html, memory_html, fig, timer, seen = et.poll_side_by_side(studio, job_id, seen)
     naive, memory = job.result
     assert naive_html.count('class="e2-step"') == len(naive.steps) >= 1
     assert memory_html.count('class="e2-step"') == len(memory.steps) >= 1
     assert [list(t.y) for t in fig.data] == [[s.score for s in naive.steps], [s.score for s in memory.steps]]
     # nothing changed since: the next tick skips re-rendering
-    assert h.poll_side_by_side(studio, job_id, seen)[:4] == (gr.skip(),) * 4
-    pairs = h.saved_pairs(studio, RUN)
+    assert et.poll_side_by_side(studio, job_id, seen)[:4] == (gr.skip(),) * 4
+    pairs = et.saved_pairs(studio, RUN)
     assert naive.group_id in [gid for _, gid in pairs]
-    reopened = h.open_pair(studio, RUN, naive.group_id)
+    reopened = et.open_pair(studio, RUN, naive.group_id)
     assert reopened[0].count('class="e2-step"') == len(naive.steps)
 
 
@@ -248,19 +248,20 @@ def test_a_session_switch_refreshes_every_tab_by_component(studio):
     tab that adds a field cannot shift another tab's values (as the positional list could)."""
     with gr.Blocks():
         run_id, session_md = gr.State(RUN), gr.Markdown()
-        ep, tr, ad = (layout._episodes_tab(studio, run_id), layout._train_tab(studio, run_id),
-                      layout._adapt_tab(studio, run_id))  # fmt: skip
+        ep, tr, ad = (et.build_episodes_tab(studio, run_id), tt.build_train_tab(studio, run_id),
+                      at.build_adapt_tab(studio, run_id))  # fmt: skip
         tips, race = th.build_tips_tab(studio, run_id), rc.build_race_tab(studio, run_id)
-    refresh, outputs = layout.page_refresh([layout.session_refresh(studio, session_md, ep, tr, ad),
-                                            tips["refresh"], race["refresh"]])  # fmt: skip
+    refresh, outputs = layout.page_refresh([layout.banner_refresh(studio, session_md), ep["refresh"], tr["refresh"],
+                                            ad["refresh"], tips["refresh"], race["refresh"]])  # fmt: skip
     update = refresh(RUN)
-    # banner, 2 episode dropdowns, 10 form fields, 5 charts, distill ids, 2 adapt dropdowns; 7 tips; 2 race
-    assert len(outputs) == 1 + 2 + 10 + 5 + 1 + 2 + 7 + 2 and set(update) == set(outputs)
-    form = dict(zip(h.TRAIN_FIELDS, tr["form"]))
+    # banner; episodes: env, task, split, variation, session line, note, 2 dropdowns; 10 form fields, 5 charts,
+    # distill ids; 2 adapt dropdowns; 7 tips; 2 race
+    assert len(outputs) == 1 + 6 + 2 + 10 + 5 + 1 + 2 + 7 + 2 and set(update) == set(outputs)
+    form = dict(zip(tt.TRAIN_FIELDS, tr["form"]))
     assert (update[form[("rollout", "group_size")]], update[form[("train", "learning_rate")]],
             update[form[("train", "iterations")]], update[form[("rollout", "p_memory")]]) == (2, 0.01, 1, 0.25)  # fmt: skip
     assert f"`{RUN}`" in update[session_md] and update[ep["checkpoint"]].value == "current"
-    assert update[ad["task"]].value == h.unseen_tasks(studio, RUN)[0]
+    assert update[ad["task"]].value == at.unseen_tasks(studio, RUN)[0]
     group, limit = race["refresh"][1]
     assert (update[group].value, update[limit].value) == (2, 3)  # studio_cfg: groups of 2, 3 steps
     assert update[tips["refresh"][1][-1]] == TASK  # the Add form's task: the session's
@@ -346,7 +347,7 @@ def test_tip_curation_round_trip(studio, tmp_path):
 
 def test_edited_tip_is_retrieved_by_the_next_memory_episode(studio):
     th.add_tip(studio, RUN, TASK, 1, "curated: the bulb needs power", 100)
-    job_id, *_ = h.start_side_by_side(studio, RUN, "trap", TASK, 1, "train", 3, 1.0, "current")
+    job_id, *_ = et.start_side_by_side(studio, RUN, "trap", TASK, 1, "train", 3, 1.0, "current")
     job = studio.jobs.wait(job_id, 120)
     assert job.status == "done", job.error
     naive, memory = job.result
@@ -358,35 +359,35 @@ def test_edited_tip_is_retrieved_by_the_next_memory_episode(studio):
 # ---- train tab -------------------------------------------------------------------------------------
 def test_config_form_round_trip_and_validation(studio):
     cfg = studio.session(RUN).config
-    values = h.config_form_values(studio, RUN)
-    assert h.config_from_form(cfg, values) == cfg
-    values[h.TRAIN_FIELDS.index(("rollout", "group_size"))] = 1
+    values = tt.config_form_values(studio, RUN)
+    assert tt.config_from_form(cfg, values) == cfg
+    values[tt.TRAIN_FIELDS.index(("rollout", "group_size"))] = 1
     with pytest.raises(ValueError, match="group_size must be ≥ 2"):
-        h.config_from_form(cfg, values)
-    values = h.config_form_values(studio, RUN)
-    values[h.TRAIN_FIELDS.index(("train", "learning_rate"))] = None  # a cleared number box
+        tt.config_from_form(cfg, values)
+    values = tt.config_form_values(studio, RUN)
+    values[tt.TRAIN_FIELDS.index(("train", "learning_rate"))] = None  # a cleared number box
     with pytest.raises(ValueError, match=r"train.learning_rate is empty; enter a value \(the session has 0.01\)"):
-        h.config_from_form(cfg, values)
+        tt.config_from_form(cfg, values)
 
 
 def test_one_training_iteration_then_distill_update_the_charts(studio):
-    values = h.config_form_values(studio, RUN)
-    job_id, _, _, seen, run_id = h.start_training(studio, RUN, *values)
+    values = tt.config_form_values(studio, RUN)
+    job_id, _, _, seen, run_id = tt.start_training(studio, RUN, *values)
     assert run_id == RUN  # unchanged form: same session
     job = studio.jobs.wait(job_id, 180)
     assert job.status == "done", job.error
-    status, score, *_rest, timer, seen = h.poll_training(studio, job_id, seen, RUN)
+    status, score, *_rest, timer, seen = tt.poll_training(studio, job_id, seen, RUN)
     assert len(job.data["reports"]) == 1
     assert sum(len(t.x) for t in score.data) == 1
     assert studio.session(RUN).latest_checkpoint() is not None
 
-    ids = [eid for _, eid in h.distill_choices(studio, RUN)][:2]
-    job = studio.jobs.wait(h.start_distill(studio, RUN, ids)[0], 120)
+    ids = [eid for _, eid in tt.distill_choices(studio, RUN)][:2]
+    job = studio.jobs.wait(tt.start_distill(studio, RUN, ids)[0], 120)
     assert job.status == "done", job.error
     kinds = [r["kind"] for r in studio.session(RUN).metrics()]
     assert kinds[-2:] == ["train", "distill"]
     with pytest.raises(gr.Error, match="at least one"):
-        h.start_distill(studio, RUN, [])
+        tt.start_distill(studio, RUN, [])
 
 
 def test_the_train_tab_runs_on_the_scripted_policy(tmp_path, studio_cfg):
@@ -403,11 +404,11 @@ def test_the_train_tab_runs_on_the_scripted_policy(tmp_path, studio_cfg):
     cfg = studio_cfg.with_overrides(env={"variations": (0,)}, rollout={"p_memory": 0.0}, algo={"intrinsic_coef": 0.0})
     s = Studio(tmp_path, env="trap", policy=policy, embedder="hash", config=cfg)
     try:
-        job_id, _, timer, seen, run_id = h.start_training(s, RUN, *h.config_form_values(s, RUN))
+        job_id, _, timer, seen, run_id = tt.start_training(s, RUN, *tt.config_form_values(s, RUN))
         assert (run_id, seen) == (RUN, -1) and timer.active
         job = s.jobs.wait(job_id, 120)
         assert job.status == "done", job.error
-        status, score, losses, *_, timer, seen = h.poll_training(s, job_id, -1, RUN)
+        status, score, losses, *_, timer, seen = tt.poll_training(s, job_id, -1, RUN)
         assert "[done]" in status and not timer.active and seen == job.version
         assert [(t.name, list(t.x), list(t.y)) for t in score.data] == [("on-policy", [1.0], [0.0])]  # (100 − 100)/2
         loss = {t.name: list(t.y) for t in losses.data}["loss/policy"]
@@ -419,10 +420,10 @@ def test_the_train_tab_runs_on_the_scripted_policy(tmp_path, studio_cfg):
 
 
 def test_changed_form_trains_a_new_session(studio):
-    values = h.config_form_values(studio, RUN)
-    values[h.TRAIN_FIELDS.index(("rollout", "p_memory"))] = 0.9
-    values[h.TRAIN_FIELDS.index(("train", "iterations"))] = 50
-    job_id, *_, run_id = h.start_training(studio, RUN, *values)
+    values = tt.config_form_values(studio, RUN)
+    values[tt.TRAIN_FIELDS.index(("rollout", "p_memory"))] = 0.9
+    values[tt.TRAIN_FIELDS.index(("train", "iterations"))] = 50
+    job_id, *_, run_id = tt.start_training(studio, RUN, *values)
     assert run_id != RUN and studio.session(run_id).config.rollout.p_memory == 0.9
     time.sleep(0.2)
     jp.stop(studio.jobs, job_id)
@@ -430,17 +431,17 @@ def test_changed_form_trains_a_new_session(studio):
     assert job.status == "stopped" and len(job.data.get("reports", [])) < 50
     assert studio.session(run_id).latest_checkpoint() is not None  # saved on stop
     lora = list(values)
-    lora[h.TRAIN_FIELDS.index(("policy", "lora_r"))] = 4
+    lora[tt.TRAIN_FIELDS.index(("policy", "lora_r"))] = 4
     with pytest.raises(gr.Error, match="lora"):
-        h.start_training(studio, RUN, *lora)
+        tt.start_training(studio, RUN, *lora)
 
 
 # ---- adapt and sessions ----------------------------------------------------------------------------
 def test_adapt_keeps_weights_and_draws_trials(studio):
-    task = h.unseen_tasks(studio, RUN)[0]
-    job = studio.jobs.wait(h.start_adapt(studio, RUN, "current", task, 1)[0], 180)
+    task = at.unseen_tasks(studio, RUN)[0]
+    job = studio.jobs.wait(at.start_adapt(studio, RUN, "current", task, 1)[0], 180)
     assert job.status == "done", job.error
-    fig, md = h.adapt_view(job.snapshot())
+    fig, md = at.adapt_view(job.snapshot())
     assert len(fig.data[0].y) == 2  # trial 0 (baseline) + 1 memory trial
     assert job.data["checksum_before"] == job.data["checksum_after"] and "untouched" in md
 
@@ -460,9 +461,85 @@ def test_sessions_list_compare_and_export(studio):
 def test_stop_during_side_by_side_saves_episodes_without_tips(studio):
     before_tips = studio.store(RUN).count()
     before_eps = len(studio.session(RUN).episodes())
-    job_id, *_ = h.start_side_by_side(studio, RUN, "trap", TASK, 2, "train", 5, 1.0, "current")
+    job_id, *_ = et.start_side_by_side(studio, RUN, "trap", TASK, 2, "train", 5, 1.0, "current")
     jp.stop(studio.jobs, job_id)
     job = studio.jobs.wait(job_id, 120)
     assert job.status == "stopped" and "no tips written" in job.message
     assert len(studio.session(RUN).episodes()) == before_eps + 2
     assert studio.store(RUN).count() == before_tips
+
+
+# ---- the session decides the env; the first screen --------------------------------------------------
+def test_a_pair_never_plays_another_env_than_its_sessions(studio):
+    """The server takes the env from the session: a client sending another env is refused (one line,
+    titled "Refused", no traceback printed), and a task of another env too."""
+    with pytest.raises(gr.Error) as err:
+        et.start_side_by_side(studio, RUN, "scienceworld", "power-component", 0, "train", 0, 0.4, "current")
+    assert err.value.message == ("session 'studio' plays trap, not scienceworld; open a scienceworld session in "
+                                 "the Sessions tab to play it")  # fmt: skip
+    assert (err.value.title, err.value.print_exception) == ("Refused", False)
+    with pytest.raises(gr.Error, match="unknown trap task 'power-component'"):
+        et.start_side_by_side(studio, RUN, None, "power-component", 0, "train", 0, 0.4, "current")
+    with pytest.raises(gr.Error, match="no variation 24 in the train split; valid: 0…23"):
+        et.start_side_by_side(studio, RUN, "trap", TASK, 24, "train", 0, 0.4, "current")
+
+
+def test_the_episodes_form_offers_the_sessions_training_variations(studio):
+    assert et.variation_choices(studio, "trap", TASK, "train", RUN) == [0, 1]  # studio_cfg: variations (0, 1)
+    assert et.variation_choices(studio, "trap", "trap-find-animal", "train", RUN)[:3] == [0, 1, 2]  # another task
+    assert et.session_line(studio, RUN).endswith("training variations 0, 1 · step limit 3")
+
+
+def test_the_scienceworld_note_shows_only_for_the_embedded_model_on_scienceworld(studio, monkeypatch):
+    sw = studio.env_session("scienceworld")
+    assert (sw.dir.name, sw.config.env.task) == ("studio-scienceworld", "power-component")
+    assert studio.env_session("scienceworld").dir.name == "studio-scienceworld" and studio.env_session("trap").dir.name == RUN
+    assert not et.model_note(studio, sw.dir.name).visible  # the tiny test model
+    monkeypatch.setattr(type(studio.model), "policy_spec", property(lambda self: "real"))
+    assert et.model_note(studio, sw.dir.name).visible and not et.model_note(studio, RUN).visible
+    assert "rarely scores" in et.model_note(studio, sw.dir.name).value
+
+
+def test_the_studio_opens_a_trap_session_unless_asked_otherwise(tmp_path, studio_cfg):
+    from empo2_studio.config import EnvConfig
+
+    s = Studio(tmp_path, policy="tiny", embedder="hash")
+    assert (s.default_run_id, s.session(RUN).config.env.name) == (RUN, "trap")
+    s.close()
+    # an older "studio" session of another env is kept; the studio opens studio-<env> instead
+    sw = Studio(tmp_path / "b", env="scienceworld", policy="tiny", embedder="hash")
+    sw.close()
+    s = Studio(tmp_path / "b", policy="tiny", embedder="hash", config=studio_cfg)
+    assert s.default_run_id == "studio-trap" and s.session("studio-trap").config.env == studio_cfg.env
+    assert s.session(RUN).config.env == EnvConfig(name="scienceworld", task="power-component")
+    s.close()
+
+
+def test_the_sessions_table_fills_last_score_from_metrics_or_episodes(studio, _played):
+    """"last score": the newest metrics row with a mean score (a lesson stage: the mean over its
+    variations), else the newest saved episode; empty for a session that has played nothing."""
+    from dataclasses import replace
+
+    base = studio.session(RUN).config
+    fresh = studio.create_session(replace(base, run_id="nothing-played"))
+    eps = studio.create_session(replace(base, run_id="episodes-only"))
+    naive, memory = _played
+    eps.append_episodes([replace(naive, score=-100.0, created_at=1.0), replace(memory, score=40.0, created_at=2.0)])
+    lesson = studio.create_session(replace(base, run_id="lesson-only"))
+    lesson.append_metrics({"kind": "lesson", "lesson/v0/score_mean": 100.0, "lesson/v1/score_mean": -50.0})
+    trained = studio.create_session(replace(base, run_id="trained"))
+    trained.append_metrics({"kind": "train", "iteration": 1, "rollout/score_mean": 12.5})
+    trained.append_metrics({"kind": "eval", "iteration": 1, "eval/score_mean": -7.25})
+    frame = st.sessions_frame(studio).set_index("run_id")["last score"]
+    assert (frame["nothing-played"], frame["episodes-only"], frame["lesson-only"], frame["trained"]) == (
+        "", "40.0", "25.0", "-7.2")
+
+
+@pytest.fixture
+def _played(studio):
+    """A naive and a memory episode of the default session (played by earlier tests, or now)."""
+    by = {e.rollout_mode: e for e in studio.session(RUN).episodes()}
+    if not {"naive", "memory"} <= set(by):
+        job = studio.jobs.wait(et.start_side_by_side(studio, RUN, "trap", TASK, 0, "train", 0, 1.0, "current")[0], 120)
+        by = dict(zip(("naive", "memory"), job.result))
+    return by["naive"], by["memory"]

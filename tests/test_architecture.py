@@ -121,12 +121,8 @@ def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
     return sorted(circles)
 
 
-KNOWN_CIRCLES = [["empo2_studio.policy.hf_policy", "empo2_studio.policy.loading"]]
-"""Circles being removed on another branch (issue 27: the loading split); delete once it lands."""
-
-
 def test_no_import_circles():
-    assert [c for c in _circles(_import_graph()) if c not in KNOWN_CIRCLES] == []
+    assert _circles(_import_graph()) == []
 
 
 def test_the_circle_finder_sees_a_lazy_three_module_circle(tmp_path):

@@ -29,3 +29,33 @@ def test_claim_is_true_once_per_job_and_key():
     job = reg.wait(reg.start("demo", lambda j: None, uses_model=False).job_id, 5)
     assert [job.claim("_listed"), job.claim("_listed"), job.claim("other")] == [True, False, True]
     assert job.snapshot() == {"_listed": True, "other": True}
+
+
+def test_a_refused_job_ends_refused_with_one_line_and_logs_no_traceback(caplog):
+    from empo2_studio.app import job_panel as jp
+    from empo2_studio.app.jobs import Refused
+
+    def stage(j):
+        raise Refused("nothing to distill yet: play the memory stage (3) first")
+
+    reg = JobRegistry()
+    with caplog.at_level("INFO", logger="empo2_studio.app.jobs"):
+        job = reg.wait(reg.start("demo", stage, uses_model=False).job_id, 5)
+    assert (job.status, job.finished) == ("refused", True)
+    assert job.error == job.message == "nothing to distill yet: play the memory stage (3) first"
+    assert "[refused] nothing to distill yet" in jp.job_status_html(job) and "failed" not in jp.job_status_html(job)
+    assert [r.getMessage() for r in caplog.records] == [
+        "job demo-1 refused: nothing to distill yet: play the memory stage (3) first"]
+    assert all(r.exc_info is None for r in caplog.records)
+
+
+def test_a_failed_job_says_its_error_once():
+    from empo2_studio.app import job_panel as jp
+
+    def boom(j):
+        raise ZeroDivisionError("division by zero")
+
+    reg = JobRegistry()
+    job = reg.wait(reg.start("demo", boom, uses_model=False).job_id, 5)
+    assert job.status == "failed" and "[failed] ZeroDivisionError: division by zero" in jp.job_status_html(job)
+    assert "failed: " not in jp.job_status_html(job)

@@ -10,7 +10,7 @@ import torch
 
 from empo2_studio.config import PolicyConfig, RunConfig
 from empo2_studio.policy import Turn, build_tiny_policy
-from empo2_studio.policy.loading import adapter_config_mismatch, adapter_last_layers
+from empo2_studio.policy.adapter_check import adapter_config_mismatch, adapter_last_layers
 
 torch.set_num_threads(1)
 

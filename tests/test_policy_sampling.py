@@ -227,3 +227,25 @@ def test_a_failed_batch_forgets_its_episodes(monkeypatch):
     monkeypatch.undo()
     got = policy.sample(_uneven_requests(policy, {"a": 2, "bb": 3}), temperature=0)  # starts afresh
     assert all(g.token_ids for g in got)
+
+
+def test_the_batch_takes_the_episode_caches_over_layer_by_layer():
+    """Building the padded batch empties each episode's cache layer once copied (also a prefix cache
+    two fresh episodes share), so the caches are never held twice; the rows come back unpadded."""
+    from empo2_studio.policy.batch_cache import BatchState
+    from empo2_studio.policy.sampling import CachedState
+
+    policy = build_tiny_policy("free", seed=1)
+    sampler = policy.sampler
+    a, shared = sampler._fresh(), sampler._fresh()
+    sampler.feed(a, [5, 6, 7, 8, 9])
+    sampler.feed(shared, [5, 6, 7])
+    keys_a = [layer.keys.clone() for layer in a.cache.layers]
+    b = CachedState(list(shared.ids), shared.cache, shared.logits)  # two fresh episodes, one prefix cache
+    batch = BatchState([a, shared, b], range(3), policy.model.config, sampler.device)
+    assert batch.mask == [[1] * 5, [0, 0, 1, 1, 1], [0, 0, 1, 1, 1]] and batch.pos == [5, 3, 3]
+    assert all(layer.keys.shape[2] == 0 and layer.values.shape[2] == 0 for c in (a.cache, shared.cache) for layer in c.layers)
+    assert all(layer.keys.shape[:3] == (3, layer.keys.shape[1], 5) for layer in batch.cache.layers)
+    back = batch.extract(0)
+    assert all(torch.equal(layer.keys, k) for layer, k in zip(back.layers, keys_a))
+    assert batch.extract(2).get_seq_length() == 3

@@ -99,6 +99,28 @@ def test_sample_sends_the_local_prompt_ids_and_returns_ids_and_behaviour_logprob
     assert policy.version == free_policy.base_model_name and policy.decoding == "free"
 
 
+def test_every_request_asks_for_the_plain_tempered_softmax_the_trainer_scores(free_policy, stand_in):
+    """vLLM fills a parameter a request leaves out from the model's generation_config.json (Qwen2.5:
+    top_k 20, top_p 0.8, repetition_penalty 1.05): every sampling and tip request names the neutral
+    value of each one (vLLM's API: top_k -1 = all tokens)."""
+    policy = VLLMPolicy(free_policy, [stand_in.url])
+    policy.sample([_request("a")], temperature=0.7)
+    policy.write_tips([(Turn("You are in the hallway.", (5,)),)], "Write a tip.")
+    neutral = {"top_p": 1.0, "top_k": -1, "min_p": 0.0, "repetition_penalty": 1.0, "presence_penalty": 0.0,
+               "frequency_penalty": 0.0}  # fmt: skip
+    bodies = [b for p, b in stand_in.calls if p == "/v1/completions"]
+    assert len(bodies) == 2 and all({k: b.get(k) for k in neutral} == neutral for b in bodies)
+    assert [b["temperature"] for b in bodies] == [0.7, 0.0]
+
+
+def test_adapter_paths_reach_the_servers_absolute(free_policy, stand_in, tmp_path, monkeypatch):
+    """The trainer names served adapters under ./sessions by default; a server started in another
+    directory must still find them."""
+    monkeypatch.chdir(tmp_path)
+    VLLMPolicy(free_policy, [stand_in.url]).publish_adapter("sessions/run/served/a1", "a1")
+    assert stand_in.calls == [("/v1/load_lora_adapter", {"lora_name": "a1", "lora_path": str(tmp_path / "sessions/run/served/a1")})]
+
+
 def test_publish_adapter_loads_it_on_every_server_and_later_requests_name_it(free_policy, stand_in, tmp_path):
     other = StandIn(free_policy.tokenizer)
     try:

@@ -56,7 +56,8 @@ def test_a_correct_note_is_followed_and_without_it_the_trap_traps(policy, task, 
 def test_choice_probs_script_both_normalisations_and_the_trap_in_the_target_room(policy):
     """scripts/choice_probs.py: token-level probabilities over the valid actions sum to 1, whole-action
     probabilities of the free model to less; in the bulb's room the warm start does not focus on it
-    under either (measured 0.000 / 0.000 on variation 36; the README's label-bias table)."""
+    under either (measured 0.000 / 0.000 on variation 36; the label-bias table in
+    docs/notebook/2026-12-03-learning-variants.md)."""
     import importlib.util
     from pathlib import Path
 

@@ -124,7 +124,7 @@ def tapered_off_policy_loss(
     so the gradient is −A·∇log π for good actions whatever ρ, and at most −A·ρ·∇log π for bad ones.
     The clipped surrogate instead gives −A·ρ·∇log π for A > 0 and ρ < 1 − ε_low: for an action that only
     the tip made likely ρ is tiny (≈ 0.01 with the embedded model), and so is its gradient. Used for the
-    off-policy rows of Eq. 2 when `AlgoConfig.off_policy_loss == "tapered"` (a departure, see README).
+    off-policy rows of Eq. 2 when `AlgoConfig.off_policy_loss == "tapered"` (a departure, see docs/departures.md).
 
     Args / shapes as `clipped_surrogate_loss` ((B, T) log-probs and mask, (B, T) or (B,) advantages);
     `clip_low`, `clip_high`, `dual_clip` only feed the ratio metrics so both losses report alike.

@@ -6,9 +6,10 @@
 
 `build_app(studio)` returns the `gr.Blocks`; `launch(...)` builds the `Studio` (shared model, tip
 stores, trainers, job registry), starts preparing the model in the background, and serves the page.
-Tabs: Episodes (naive vs memory side by side), Lesson (trap → tips → distill → naive succeeds),
-Tips (curation), Train (+ Distill now), Race (EMPO² vs GRPO), Adapt (OOD, frozen weights),
-Sessions (list, open/resume, compare, export).
+The page opens on the Lesson tab of a trap session. Tabs, one module each: Lesson (trap → tips →
+distill → naive succeeds), Episodes (naive vs memory side by side), Tips (curation), Train (+ Distill
+now), Race (EMPO² vs GRPO), Adapt (OOD, frozen weights), Sessions (list, open/resume, compare,
+export). `app.api` is the named, scriptable API (docs/api.md).
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ def launch(
 
     Args:
         sessions_dir: sessions root (default `$EMPO2_SESSIONS_DIR` or ./sessions).
-        env: env of the default session when it is created ("trap" / "scienceworld"; default scienceworld).
+        env: env of the default session ("trap" / "scienceworld"; default trap, see `Studio`).
         run_id: the session created or reopened at start.
         policy, embedder: "tiny"/"hash" for fast tests (see `Studio`); default the real ones.
         config: RunConfig of the default session when it is created (None = the studio default).

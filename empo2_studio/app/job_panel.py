@@ -30,10 +30,11 @@ POLL_S = 0.5
 
 
 def job_status_html(job: Job | None) -> str:
-    """The status line of a job: a progress bar with its message (or the error); "idle" for None."""
+    """The status line of a job: a progress bar with "[status]" and its message, or its error for a
+    failed or refused job (one line, never a traceback); "idle" for None."""
     if job is None:
         return render.progress_html(0.0, "idle")
-    text = {"failed": f"failed: {job.error}", "waiting": job.message or "waiting"}.get(job.status, job.message)
+    text = {"failed": job.error, "refused": job.error, "waiting": job.message or "waiting"}.get(job.status, job.message)
     return render.progress_html(job.progress, f"[{job.status}] {text}")
 
 

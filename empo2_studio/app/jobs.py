@@ -19,8 +19,13 @@ from typing import Any, Callable, Literal
 
 log = logging.getLogger(__name__)
 
-JobStatus = Literal["waiting", "running", "done", "failed", "stopped"]
-FINISHED: tuple[JobStatus, ...] = ("done", "failed", "stopped")
+JobStatus = Literal["waiting", "running", "done", "failed", "stopped", "refused"]
+FINISHED: tuple[JobStatus, ...] = ("done", "failed", "stopped", "refused")
+
+
+class Refused(ValueError):
+    """Raised by a job body that declines its input once it runs (e.g. a stage whose precondition is
+    not met): the job ends "refused" with the message as one line, and the log gets no traceback."""
 
 
 @dataclass
@@ -124,7 +129,7 @@ class JobRegistry:
         With `uses_model` the job first waits (status "waiting") for `model_lock`; a stop request
         while waiting ends it without running. `fn`'s return value becomes `job.result`; an
         exception marks the job "failed" with a one-line readable error (the traceback goes to the
-        log only).
+        log only); a `Refused` marks it "refused" (one line, no traceback).
         """
         with self._lock:
             job = Job(job_id=f"{kind}-{next(self._ids)}", kind=kind, label=label or kind, run_id=run_id)
@@ -148,6 +153,9 @@ class JobRegistry:
                 job.status = "running"
                 job.version += 1
             result = fn(job)
+        except Refused as exc:
+            log.info("job %s refused: %s", job.job_id, exc)
+            self._finish(job, "refused", error=readable_error(exc))
         except Exception as exc:  # noqa: BLE001 - every failure must reach the UI as a message
             log.exception("job %s failed", job.job_id)
             self._finish(job, "failed", error=readable_error(exc))
@@ -166,8 +174,8 @@ class JobRegistry:
             job.error = error
             if message is not None:
                 job.message = message
-            elif status == "failed":
-                job.message = f"failed: {error}"
+            elif status in ("failed", "refused"):
+                job.message = error or status
             elif status == "stopped":
                 job.message = job.message + " — stopped" if job.message else "stopped"
             if progress is not None and status == "done":

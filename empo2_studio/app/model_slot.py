@@ -39,6 +39,16 @@ class ModelLoader:
         self._lock = threading.Lock()
 
     @property
+    def policy_spec(self) -> str | Any:
+        """What the policy was asked as: "real", "tiny" or the ready `Policy` object."""
+        return self._policy_spec
+
+    @property
+    def policy_config(self) -> PolicyConfig:
+        """What "real" loads."""
+        return self._policy_config
+
+    @property
     def ready(self) -> bool:
         """Both the policy and the embedder are loaded."""
         return self._policy is not None and self._embedder is not None

@@ -10,6 +10,11 @@ from empo2_studio.types import Episode, Step
 _OBS_CHARS = 600
 
 
+def plural(n: int, noun: str) -> str:
+    """"1 tip", "2 tips", "0 tips"."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def _clip(text: str, n: int = _OBS_CHARS) -> str:
     text = text.strip()
     return text if len(text) <= n else text[: n - 1] + "…"
@@ -40,7 +45,7 @@ def step_html(step: Step, side: str) -> str:
             f'<span class="e2-tiptext">{escape(_clip(t.text, 240))}</span></li>'
             for t in step.tips
         )
-        parts.append(f'<details class="e2-tips" open><summary>{len(step.tips)} tips retrieved</summary>'
+        parts.append(f'<details class="e2-tips" open><summary>{plural(len(step.tips), "tip")} retrieved</summary>'
                      f"<ul>{items}</ul></details>")
     elif side == "memory":
         parts.append('<div class="e2-tips e2-muted">no tips retrieved</div>')
@@ -50,7 +55,7 @@ def step_html(step: Step, side: str) -> str:
             f'<span class="e2-tiptext">{escape(_clip(t.text, 160))}</span></li>'
             for t in step.skipped_tips
         )
-        parts.append(f'<details class="e2-skipped"><summary>{len(step.skipped_tips)} nearest tips not shown, and why'
+        parts.append(f'<details class="e2-skipped"><summary>{plural(len(step.skipped_tips), "nearest tip")} not shown, and why'
                      f"</summary><ul>{items}</ul></details>")
     parts.append(f'<pre class="e2-obs">{escape(_clip(step.observation))}</pre></div>')
     return "".join(parts)

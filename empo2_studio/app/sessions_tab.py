@@ -1,4 +1,7 @@
-"""The Sessions tab: list runs, open/resume one, compare runs' curves, export an adapter or the tips."""
+"""The Sessions tab: list runs, open/resume one, compare runs' curves, export an adapter or the tips.
+
+Handlers first (plain functions), then the tab's layout and wiring (`build_sessions_tab`).
+"""
 
 from __future__ import annotations
 
@@ -6,20 +9,41 @@ import shutil
 import tempfile
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import gradio as gr
 import pandas as pd
 
-from empo2_studio.app import charts
+from empo2_studio.app import figures
 from empo2_studio.app.handlers import user_errors
-from empo2_studio.app.tips_handlers import export_tips
+from empo2_studio.app.tips_tab import export_tips
+
+if TYPE_CHECKING:
+    from empo2_studio.app.studio import Studio
 
 LIST_COLUMNS = ["run_id", "env", "task", "model", "iteration", "checkpoints", "last score", "p", "q", "lr", "created"]
+COLUMN_WIDTHS = ["12%", "9%", "12%", "10%", "9%", "11%", "8%", "5%", "6%", "5%", "13%"]
 DEFAULT_COMPARE_KEY = "rollout/score_mean"
+SCORE_KEYS = ("rollout/score_mean", "eval/score_mean", "adapt/score_mean")
+"""Metrics that hold a mean score (−100 … 100), newest row first decides the "last score"."""
 
 
-def sessions_frame(studio: Any) -> pd.DataFrame:
+def last_score(session: Any) -> float | None:
+    """The session's latest mean score: the newest metrics row holding one (training, evaluation,
+    adaptation, or a lesson stage: the mean over its variations), else the newest saved episode's
+    score; None for a session that has played nothing."""
+    for row in reversed(session.metrics()):
+        for key in SCORE_KEYS:
+            if isinstance(row.get(key), (int, float)):
+                return float(row[key])
+        lesson = [v for k, v in row.items() if k.startswith("lesson/v") and k.endswith("/score_mean")]
+        if lesson:
+            return sum(lesson) / len(lesson)
+    episodes = session.episodes()
+    return max(episodes, key=lambda e: e.created_at).score if episodes else None
+
+
+def sessions_frame(studio: Studio) -> pd.DataFrame:
     """One row per session: its config essentials and last metrics."""
     from empo2_studio.sessions import list_sessions
 
@@ -27,8 +51,7 @@ def sessions_frame(studio: Any) -> pd.DataFrame:
     for info in list_sessions(studio.root):
         session = studio.session(info.run_id)
         cfg = session.config
-        scored = [r[DEFAULT_COMPARE_KEY] for r in session.metrics() if isinstance(r.get(DEFAULT_COMPARE_KEY), (int, float))]
-        score = scored[-1] if scored else None
+        score = last_score(session)
         rows.append([
             info.run_id, info.env, info.task, info.model, info.iteration, info.checkpoints,
             "" if score is None else f"{score:.1f}", cfg.rollout.p_memory, round(cfg.rollout.q_off_policy, 3),
@@ -38,7 +61,7 @@ def sessions_frame(studio: Any) -> pd.DataFrame:
 
 
 @user_errors
-def open_session(studio: Any, run_id: str | None) -> tuple[str, str]:
+def open_session(studio: Studio, run_id: str | None) -> tuple[str, str]:
     """Switch this browser to session `run_id` (its trainer resumes from its latest checkpoint when
     training starts). Returns (run id, status)."""
     if not run_id:
@@ -47,30 +70,30 @@ def open_session(studio: Any, run_id: str | None) -> tuple[str, str]:
     return run_id, f"opened `{run_id}` ({session.config.env.name} · {session.config.env.task})"
 
 
-def metric_choices(studio: Any, run_ids: Sequence[str]) -> list[str]:
+def metric_choices(studio: Studio, run_ids: Sequence[str]) -> list[str]:
     """Numeric metric keys present in any of the runs."""
     keys: dict[str, None] = {}
     for rid in run_ids:
-        for k in charts.metric_keys(studio.session(rid).metrics(), ("",)):
+        for k in figures.metric_keys(studio.session(rid).metrics(), ("",)):
             if k != "iteration":
                 keys.setdefault(k, None)
     return sorted(keys)
 
 
 @user_errors
-def compare(studio: Any, run_ids: Sequence[str] | None, key: str | None) -> tuple[Any, Any]:
+def compare(studio: Studio, run_ids: Sequence[str] | None, key: str | None) -> tuple[Any, Any]:
     """Curves of one metric for two or more runs. Returns (figure, metric dropdown update)."""
     ids = list(run_ids or [])
     if len(ids) < 1:
         raise ValueError("pick the runs to compare")
     keys = metric_choices(studio, ids)
     key = key if key in keys else (DEFAULT_COMPARE_KEY if DEFAULT_COMPARE_KEY in keys else (keys[0] if keys else ""))
-    fig = charts.compare_runs_figure({rid: studio.session(rid).metrics() for rid in ids}, key)
+    fig = figures.compare_runs_figure({rid: studio.session(rid).metrics() for rid in ids}, key)
     return fig, gr.Dropdown(choices=keys, value=key or None)
 
 
 @user_errors
-def export_adapter(studio: Any, run_id: str | None) -> tuple[str, str]:
+def export_adapter(studio: Studio, run_id: str | None) -> tuple[str, str]:
     """Zip the session's latest adapter checkpoint for download. Returns (zip path, status)."""
     if not run_id:
         raise ValueError("pick a session")
@@ -83,9 +106,10 @@ def export_adapter(studio: Any, run_id: str | None) -> tuple[str, str]:
     return archive, f"adapter of iteration {iteration} → {Path(archive).name}"
 
 
-def build_sessions_tab(studio: Any, run_id: gr.State) -> dict[str, Any]:
+def build_sessions_tab(studio: Studio, run_id: gr.State) -> dict[str, Any]:
     """Components and wiring of the Sessions tab."""
-    table = gr.Dataframe(headers=LIST_COLUMNS, interactive=False, label="Runs", elem_id="ses-table")
+    table = gr.Dataframe(headers=LIST_COLUMNS, interactive=False, label="Runs", elem_id="ses-table", wrap=True,
+                         column_widths=COLUMN_WIDTHS, max_height=360)
     refresh = gr.Button("Refresh list", elem_id="ses-refresh")
     with gr.Row():
         pick = gr.Dropdown(label="Session", choices=[], elem_id="ses-pick", scale=3)
@@ -93,13 +117,13 @@ def build_sessions_tab(studio: Any, run_id: gr.State) -> dict[str, Any]:
         export_a = gr.Button("Export adapter (zip)", elem_id="ses-export-adapter")
         export_t = gr.Button("Export tips (JSONL)", elem_id="ses-export-tips")
     status = gr.Markdown(elem_id="ses-status")
-    download = gr.File(label="Download", interactive=False, height=90, elem_id="ses-download")
+    download = gr.File(label="Download", interactive=False, visible=False, elem_id="ses-download")
     with gr.Row():
         runs = gr.Dropdown(label="Compare runs", multiselect=True, choices=[], elem_id="ses-compare-runs", scale=3)
         key = gr.Dropdown(label="Metric", choices=[DEFAULT_COMPARE_KEY], value=DEFAULT_COMPARE_KEY,
                           allow_custom_value=True, elem_id="ses-compare-key")
         compare_btn = gr.Button("Compare", elem_id="ses-compare")
-    plot = gr.Plot(show_label=False, elem_id="ses-compare-plot")
+    plot = gr.Plot(figures.compare_runs_figure({}, DEFAULT_COMPARE_KEY), show_label=False, elem_id="ses-compare-plot")
 
     def listing(rid: str) -> tuple[Any, ...]:
         frame = sessions_frame(studio)
@@ -109,10 +133,18 @@ def build_sessions_tab(studio: Any, run_id: gr.State) -> dict[str, Any]:
     refresh.click(listing, [run_id], [table, pick, runs])
     opened = open_btn.click(partial(open_session, studio), [pick], [run_id, status])
     compare_btn.click(partial(compare, studio), [runs, key], [plot, key])
-    export_a.click(partial(export_adapter, studio), [pick], [download, status])
-    export_t.click(partial(export_tips, studio), [pick], [download, status])
+    def shown(export: Callable[..., tuple[str, str]]) -> Callable[[str | None], tuple[Any, str]]:
+        """The export's file in the (until then hidden) download box."""
+        def fn(rid: str | None) -> tuple[Any, str]:
+            path, msg = export(studio, rid)
+            return gr.File(value=path, visible=True), msg
+
+        return fn
+
+    export_a.click(shown(export_adapter), [pick], [download, status])
+    export_t.click(shown(export_tips), [pick], [download, status])
 
     def on_opened(fn: Callable[[str], list[Any]], outputs: list[Any]) -> None:
-        opened.then(fn, [run_id], outputs)
+        opened.success(fn, [run_id], outputs)
 
     return {"opened": on_opened, "listing": (listing, [table, pick, runs])}

@@ -23,7 +23,7 @@ import os
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from empo2_studio.app.caches import DEFAULT_TASKS, EnvCache, SessionCache
 from empo2_studio.app.jobs import Job, JobRegistry
@@ -31,12 +31,17 @@ from empo2_studio.app.model_slot import CheckpointWeights, ModelLoader, ModelSlo
 from empo2_studio.config import EMBEDDER_NAMES, EnvConfig, RunConfig
 from empo2_studio.types import ENV_NAMES
 
+if TYPE_CHECKING:
+    from empo2_studio.sessions import Session
+
 log = logging.getLogger(__name__)
 
 DEFAULT_RUN_ID = "studio"
 """The session the studio creates (or reopens) when started without one."""
+DEFAULT_ENV = "trap"
+"""The default session's env when none is asked for: the Lesson's, where the embedded model learns."""
 
-__all__ = ["DEFAULT_RUN_ID", "DEFAULT_TASKS", "EMBEDDER_CHOICES", "POLICY_CHOICES", "Studio"]
+__all__ = ["DEFAULT_ENV", "DEFAULT_RUN_ID", "DEFAULT_TASKS", "EMBEDDER_CHOICES", "POLICY_CHOICES", "Studio"]
 
 POLICY_CHOICES = ("real", "tiny")
 EMBEDDER_CHOICES = EMBEDDER_NAMES
@@ -58,8 +63,10 @@ class Studio:
         """
         Args:
             sessions_root: folder holding one sub-folder per session (created if missing).
-            env: environment of a newly created default session ("trap" or "scienceworld");
-                None = "scienceworld".
+            env: environment of the default session ("trap" or "scienceworld"); None = "trap", where
+                the embedded model shows what memory and distillation change (the Lesson). When
+                `run_id` is the default ("studio") and that session plays another env,
+                `studio-<env>` is opened (or created) instead, so the studio opens on the env asked for.
             policy: "real" (the run config's model, default), "tiny" (random-init test model) or a
                 ready `Policy` object. None reads `EMPO2_STUDIO_TEST_POLICY`, else "real".
             embedder: "minilm", "hash" or a ready `Embedder`; None reads `EMPO2_STUDIO_TEST_EMBEDDER`,
@@ -73,7 +80,7 @@ class Studio:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach a hub at run time
         self.root = Path(sessions_root)
         self.root.mkdir(parents=True, exist_ok=True)
-        env = env or "scienceworld"
+        env = env or DEFAULT_ENV
         if env not in ENV_NAMES:
             raise ValueError(f"env must be one of {list(ENV_NAMES)}, got {env!r}")
         self.env_name = env
@@ -87,6 +94,8 @@ class Studio:
         self._config = config
         self.jobs = JobRegistry()
         self.sessions = SessionCache(self.root, self._new_session_config)
+        if run_id == DEFAULT_RUN_ID and self._other_env(run_id):
+            run_id = f"{DEFAULT_RUN_ID}-{env}"
         self.default_run_id = self.sessions.open_or_create(run_id).dir.name
         default_cfg = self.sessions.get(self.default_run_id).config
         self.model = ModelLoader(policy, embedder or default_cfg.memory.embedder, policy_config=default_cfg.policy)
@@ -94,6 +103,28 @@ class Studio:
         self.slot = ModelSlot(self.model, session=self.session, envs=self.env_pool)
 
     # ---- sessions -------------------------------------------------------------------------------
+    def _other_env(self, run_id: str) -> bool:
+        """Session `run_id` exists on disk and plays another env than this studio's."""
+        path = self.root / run_id / "config.json"
+        if not path.is_file():
+            return False
+        return self.sessions.get(run_id).config.env.name != self.env_name
+
+    def env_session(self, env: str) -> Session:
+        """The studio's session of `env`: the default session when it plays `env`, else
+        `studio-<env>` (opened, or created from the default session's config on `env` and its
+        default task). ValueError for an unknown env."""
+        if env not in ENV_NAMES:
+            raise ValueError(f"env must be one of {list(ENV_NAMES)}, got {env!r}")
+        default = self.session(self.default_run_id)
+        if default.config.env.name == env:
+            return default
+        run_id = f"{DEFAULT_RUN_ID}-{env}"
+        if (self.root / run_id / "config.json").is_file():
+            return self.session(run_id)
+        cfg = replace(default.config, run_id=run_id, env=EnvConfig(name=env, task=DEFAULT_TASKS[env]))
+        return self.create_session(cfg)
+
     def default_config(self, run_id: str = DEFAULT_RUN_ID) -> RunConfig:
         """Config of a new studio session: the chosen env, its default task, the embedder in use."""
         env_cfg = EnvConfig(name=self.env_name, task=DEFAULT_TASKS[self.env_name])
@@ -105,18 +136,18 @@ class Studio:
     def _new_session_config(self, run_id: str) -> RunConfig:
         return replace(self._config, run_id=run_id) if self._config is not None else self.default_config(run_id)
 
-    def open_or_create(self, run_id: str) -> Any:
+    def open_or_create(self, run_id: str) -> Session:
         """Open session `run_id`, or create it (the studio's `config`, else `default_config`)."""
         return self.sessions.open_or_create(run_id)
 
-    def session(self, run_id: str) -> Any:
+    def session(self, run_id: str) -> Session:
         """An existing session (cached); raises KeyError naming the sessions that exist."""
         return self.sessions.get(run_id)
 
     def session_ids(self) -> list[str]:
         return self.sessions.ids()
 
-    def create_session(self, cfg: RunConfig) -> Any:
+    def create_session(self, cfg: RunConfig) -> Session:
         """Create a new session from `cfg` (validated); returns it."""
         return self.sessions.create(cfg)
 

@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from empo2_studio.app.jobs import Job
 from empo2_studio.types import Split
 
+if TYPE_CHECKING:
+    from empo2_studio.app.studio import Studio
+
 
 def side_by_side(
-    studio: Any,
+    studio: Studio,
     job: Job,
     *,
     run_id: str,
@@ -73,7 +76,7 @@ def side_by_side(
     return naive, memory
 
 
-def train(studio: Any, job: Job, *, run_id: str, iterations: int) -> list[Any]:
+def train(studio: Studio, job: Job, *, run_id: str, iterations: int) -> list[Any]:
     """Run `iterations` trainer iterations; stop after the current one when asked.
 
     `job.data["reports"]` grows by one `IterationReport` per iteration. A checkpoint is saved at the
@@ -104,7 +107,7 @@ def train(studio: Any, job: Job, *, run_id: str, iterations: int) -> list[Any]:
     return reports
 
 
-def distill(studio: Any, job: Job, *, run_id: str, episode_ids: list[str]) -> Any:
+def distill(studio: Studio, job: Job, *, run_id: str, episode_ids: list[str]) -> Any:
     """One off-policy distillation update on the chosen (memory) episodes, then a checkpoint."""
     job.update(message=f"distilling {len(episode_ids)} episode(s)")
     trainer = studio.trainer(run_id)
@@ -124,7 +127,7 @@ def _no_signal_note(metrics: dict, whose: str) -> str:
     return ""
 
 
-def adapt(studio: Any, job: Job, *, run_id: str, checkpoint: str | None, task: str, trials: int) -> list[dict]:
+def adapt(studio: Studio, job: Job, *, run_id: str, checkpoint: str | None, task: str, trials: int) -> list[dict]:
     """Trial 0 without memory, then `trials` memory trials on an unseen task with frozen weights
     (`evaluation.adapt`); records the adapter checksum before and after (equal = weights untouched).
 

@@ -61,8 +61,9 @@ class LessonSettings:
     episodes: int = 8
     """Episodes per variation in each playing stage (one lock-step group)."""
     distill_steps: int = 5
-    """Distill-now calls in stage 4. 5, not 3: over seeds 0–2 naive success rose 0.00 → 0.44 after 5
-    and → 0.38 after 3 (benchmarks/bench_lesson.py part distill)."""
+    """Distill-now calls in stage 4. 5, not 3: over seeds 0–2 naive success rises 0.00 → 0.42 after 5
+    (docs/benchmarks/lesson.md), 0.38 after 3 (docs/notebook/2026-12-02-distill-setups.md); a step's
+    time depends on the machine (`lesson.timing`, docs/notebook/2026-12-03-lesson-race.md)."""
     temperature: float | None = None
     seed: int = 0
 

@@ -24,8 +24,6 @@ from empo2_studio.types import ActionSample, Decoding
 if TYPE_CHECKING:  # torch is imported only by the implementation
     import torch
 
-    from empo2_studio.policy.tokens import ChatFormat
-
 
 @dataclass(frozen=True, slots=True)
 class Turn:
@@ -71,9 +69,10 @@ class Policy(Protocol):
     generator: torch.Generator
     """The sampler's random generator; `rollout.seed_policy` seeds it (sampling never reads torch's
     global RNG)."""
-    chat_format: ChatFormat
-    """How turns become token ids (`packed`, `conversation_ids`, `turn_prompt_ids`); the update counts
-    the length limit with it."""
+    chat_format: Any
+    """A `policy.tokens.ChatFormat` (not imported here: tokens imports this module's `Turn`): how turns
+    become token ids (`packed`, `conversation_ids`, `turn_prompt_ids`); the update counts the length
+    limit with it."""
 
     def sample(self, requests: Sequence[ActionRequest], *, temperature: float) -> list[ActionSample]:
         """Sample the next action for every request in one batched call.

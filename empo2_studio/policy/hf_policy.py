@@ -22,7 +22,7 @@ from typing import Any, Iterator, Sequence
 import torch
 
 from empo2_studio.policy import ActionRequest, Turn, logprob_temperature
-from empo2_studio.policy.loading import CHECKPOINTED
+from empo2_studio.policy.lora import CHECKPOINTED
 from empo2_studio.policy.sampling import CachedSampler
 from empo2_studio.policy.tokens import ActionTrie, ChatFormat
 from empo2_studio.types import DECODINGS, ActionSample
@@ -241,7 +241,7 @@ class HFPolicy:
 
     @contextlib.contextmanager
     def _checkpointing(self) -> Iterator[None]:
-        """Activation checkpointing on for the layers `loading.checkpoint_adapted_layers` marked
+        """Activation checkpointing on for the layers `lora.checkpoint_adapted_layers` marked
         (transformers checkpoints a layer only in training mode; the model otherwise stays in eval, so
         dropout and the rest of the model are untouched). A no-op when none are marked."""
         if self._checkpointed is None:
@@ -332,7 +332,7 @@ class HFPolicy:
         from peft import set_peft_model_state_dict
         from safetensors.torch import load_file
 
-        from empo2_studio.policy.loading import (
+        from empo2_studio.policy.adapter_check import (
             adapter_config_mismatch,
             adapter_shape_mismatches,
             module_shapes,

@@ -123,14 +123,13 @@ def note_text(entry: str) -> str:
 
 COMPACT_MAX_NOTES = 3
 """A compact prompt shows at most this many distinct pinned curated tips (a teacher's tips agree with
-each other). With the paper's top 10, a with-tips trap episode carried up to 10 notes in every turn and
-its iteration took 184 s, most of it reading tips (bench_lesson part speed; README, Benchmarks)."""
+each other). The paper's top 10 puts up to 10 notes in every turn of a with-tips trap episode, and
+reading them becomes most of an iteration's time (docs/notebook/2026-12-03-lesson-speed-changes.md)."""
 COMPACT_MAX_OWN_NOTES = 1
 """…and at most this many of the agent's own notes: the best-scored one. Notes of different episodes
 contradict each other, and the 135M model follows the last one it reads as readily as the right one
-(trap-light-bulb, warm start v3: with a note that saw the bulb alone P(focus on it | in its room) 0.98;
-with a failed episode's "…was not in: hallway, kitchen" beside it 0.35–0.65; three notes were shown
-until this round, see README "Departures")."""
+(trap-light-bulb, the shipped warm start: with a note that saw the bulb alone P(focus on it | in its room)
+0.98; with a failed episode's "…was not in: hallway, kitchen" beside it 0.35–0.65; docs/departures.md)."""
 
 
 def compact_cut_reason(shown: Sequence[RetrievedTip], tip: RetrievedTip) -> str:
@@ -146,7 +145,7 @@ def compact_notes_cut(tips: Sequence[RetrievedTip]) -> tuple[list[RetrievedTip],
     """Split retrieved entries (in retrieval order: best score first) into those whose note is one of
     the first `COMPACT_MAX_OWN_NOTES` distinct notes, and the rest (not shown in a compact prompt). When
     curated tips are pinned, only they are shown, up to `COMPACT_MAX_NOTES` distinct ones: a teacher's
-    tip next to the agent's own notes of failed episodes lost to them (trap-light-bulb v1, in the bulb's
+    tip next to the agent's own notes of failed episodes loses to them (trap-light-bulb variation 1, in the bulb's
     room: P(focus) 0.95 with the curated tip alone, 0.34 with two record lines beside it, one of them
     naming the hallway)."""
     if any(t.pinned for t in tips):
@@ -178,9 +177,10 @@ def remaining_plan(note: str, played: Sequence[str]) -> str:
     follows it, e.g. the model's own sentence after a record line, is kept). Steps are
     matched in order against `played` (the episode's actions so far, a subsequence match, so detours
     in between do not matter); the note is returned unchanged when no step or every step matched, or
-    when it has no plan. The 135M model cannot keep its place in a plan of 4+ steps: back in the
-    hallway with the watering can it gave the plan's next room 0.18 and the first room it names 0.34,
-    and in the flower's room "focus" 0.32 (bench_lesson, README "Departures"). The prompt keeps the
+    when it has no plan. The 135M model cannot keep its place in a plan of 4+ steps: shown the whole
+    plan back in the hallway with the watering can, it gives the plan's next room 0.18 and the first room
+    it names 0.34, and in the flower's room "focus" 0.32
+    (docs/notebook/2026-12-02-warm-start-v3-and-plans.md). The prompt keeps the
     place for it; what it uses is its own history, never the environment's state.
 
     >>> note = "The can is in the shed: go to shed, then pick up can, then go to hallway."

@@ -13,6 +13,13 @@ pays once per position instead of once per episode. Masked padding contributes e
 batched, per-episode and packed log-probs agree to float rounding. In constrained decoding a
 position where a single token is allowed needs no model output: its renormalised log-prob is
 exactly 0, and the token is fed with the next forward.
+
+Host ↔ device traffic per decoding position, whatever the number of episodes: the forward's inputs
+go up as one packed tensor and the allowed-token masks of all drawn rows as another (both non-blocking
+on CUDA: `batch_cache.upload`); masking, log-softmax, argmax or multinomial and the gather of the
+chosen log-probs run on the model's device (`draw_rows`), and the chosen tokens with their log-probs
+come back in one transfer — the one point per position where the host waits for the device, since
+the next position's trie node depends on the token.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from typing import Any, Sequence
 
 import torch
 
+from empo2_studio.policy.batch_cache import BatchState, plain_layers, upload
 from empo2_studio.policy.tokens import ActionTrie, ChatFormat
 
 
@@ -105,7 +113,7 @@ class CachedSampler:
         """Process `new_ids` after `state.ids`, updating the cache and the next-token logits."""
         if not new_ids:
             return
-        x = torch.tensor([list(new_ids)], device=self.device)
+        x = upload(torch.tensor([list(new_ids)]), self.device)
         out = self.model(input_ids=x, cache=state.cache, use_cache=True, logits_to_keep=1)
         state.cache = out.cache if getattr(out, "cache", None) is not None else state.cache
         state.ids.extend(new_ids)
@@ -186,7 +194,7 @@ class CachedSampler:
             if row.forced() is None and pending:
                 self.feed(state, pending)
                 pending = []
-            tok, lp = row.forced() or self._draw(state.logits, row.node, temperature, generator)
+            tok, lp = row.forced() or draw_rows(state.logits[None], None, [row.node], temperature, generator)[0]
             pending.append(tok)
             if row.push(tok, lp, stop_ids, newline_ids, blank_ids):
                 break
@@ -224,10 +232,12 @@ class CachedSampler:
                 seen.add(id(st.cache))
             return self._one_by_one(states, prompts, tries, temperature, max_tokens, stop_ids, newline_ids, blank_ids, generator)
         config = getattr(self.model, "config", None)
-        batch = BatchState(states, range(len(states)), config)
-        for st in states:  # the batch holds a padded copy and `_finish` gives each episode its cache back:
-            st.cache = None  # drop the originals now, not after decoding (peak RSS 1.96 → 1.83 GiB)
         try:
+            # The batch takes over the episodes' caches (emptied layer by layer as it copies them) and
+            # `_finish` gives each episode its cache back.
+            batch = BatchState(states, range(len(states)), config, self.device)
+            for st in states:
+                st.cache = None
             return self._decode_batch(batch, states, prompts, tries, temperature, max_tokens, stop_ids, newline_ids, blank_ids, generator)
         except BaseException:
             for key in keys:  # a cache lost mid-batch: those episodes start afresh next turn
@@ -248,9 +258,11 @@ class CachedSampler:
                     states[i].ids.extend(pending[i])
                     self.tokens_processed += len(pending[i])
                     pending[i] = []
+            drawn = [b for b, i in enumerate(live) if rows[i].forced() is None]
+            picks = iter(draw_rows(logits, drawn, [rows[live[b]].node for b in drawn], temperature, generator) if drawn else [])
             done = []
             for b, i in enumerate(live):
-                tok, lp = rows[i].forced() or self._draw(logits[b], rows[i].node, temperature, generator)  # type: ignore[index]
+                tok, lp = rows[i].forced() or next(picks)
                 pending[i].append(tok)
                 if rows[i].push(tok, lp, stop_ids, newline_ids, blank_ids):
                     done.append(b)
@@ -283,116 +295,60 @@ class CachedSampler:
     def _draw(
         logits: torch.Tensor, node: dict | None, temperature: float, generator: torch.Generator
     ) -> tuple[int, float]:
-        if node is not None:
-            allowed = torch.tensor(list(node), device=logits.device)
-            masked = torch.full_like(logits, float("-inf"))
-            masked[allowed] = logits[allowed]
-            logits = masked
-        if temperature <= 0:
-            logp = torch.log_softmax(logits, dim=-1)
-            tok = int(torch.argmax(logp))
-            return tok, float(logp[tok])
+        """One token after `logits` (V,): `draw_rows` for a single row."""
+        return draw_rows(logits[None], None, [node], temperature, generator)[0]
+
+
+def draw_rows(
+    logits: torch.Tensor,
+    select: Sequence[int] | None,
+    nodes: Sequence[dict | None],
+    temperature: float,
+    generator: torch.Generator,
+) -> list[tuple[int, float]]:
+    """One token per drawn row, on the logits' device, with one transfer back.
+
+    `logits` (B, V) on the model's device; `select`: the rows to draw (None = all B), one trie node
+    each in `nodes` (None = free: every token allowed). Each row samples from softmax(logits / T)
+    masked to its node's tokens (T = 0: argmax of log_softmax(logits), its log-prob at T = 1).
+    Returns [(token, its log-prob)] per drawn row. The random draw takes `generator` (the policy's,
+    on the CPU) on a CPU device — the same stream as one multinomial per row; on a GPU a device
+    generator seeded from it (one CPU draw per call, no device sync).
+    """
+    device = logits.device
+    n = len(nodes)
+    constrained = [r for r, node in enumerate(nodes) if node is not None]
+    pack = list(select) if select is not None and list(select) != list(range(logits.shape[0])) else []
+    rows = [r for r in constrained for _ in nodes[r]]  # type: ignore[union-attr]
+    cols = [t for r in constrained for t in nodes[r]]  # type: ignore[union-attr]
+    if pack or rows:
+        flat = upload(torch.tensor(pack + rows + cols + [int(nodes[r] is None) for r in range(n)], dtype=torch.long), device)
+        if pack:
+            logits = logits.index_select(0, flat[: len(pack)])
+        if rows:
+            k = len(pack)
+            allowed = torch.zeros_like(logits, dtype=torch.bool)
+            allowed[flat[k : k + len(rows)], flat[k + len(rows) : k + 2 * len(rows)]] = True
+            allowed |= flat[k + 2 * len(rows) :].bool()[:, None]  # free rows allow every token
+            logits = logits.masked_fill(~allowed, float("-inf"))
+    if temperature <= 0:
+        logp = torch.log_softmax(logits, dim=-1)
+        tok = torch.argmax(logp, dim=-1)
+    else:
         logp = torch.log_softmax(logits / temperature, dim=-1)
-        tok = int(torch.multinomial(logp.exp().cpu(), 1, generator=generator))
-        return tok, float(logp[tok])
+        tok = torch.multinomial(logp.exp(), 1, generator=_generator_on(device, generator)).squeeze(1)
+    lp = logp.gather(1, tok[:, None]).squeeze(1)
+    toks, lps = torch.stack([tok.double(), lp.double()]).tolist()
+    return [(int(t), lp) for t, lp in zip(toks, lps)]
 
 
-# ---------------------------------------------------------------- batched forwards across episodes
+_DEVICE_GENERATORS: dict[torch.device, torch.Generator] = {}
 
 
-def cache_from_tensors(kv: Sequence[tuple[torch.Tensor, torch.Tensor]], config: Any = None) -> Any:
-    """A DynamicCache whose layer l holds `kv[l]` = (keys, values), each (B, H, T, D), without a copy."""
-    from transformers import DynamicCache
-
-    cache = DynamicCache(config=config)
-    for layer, (k, v) in zip(cache.layers, kv):
-        layer.lazy_initialization(k, v)
-        layer.keys, layer.values = k, v
-    return cache
-
-
-def plain_layers(cache: Any) -> bool:
-    """True when every layer is a full-attention DynamicLayer (left padding is only exact there)."""
-    from transformers.cache_utils import DynamicLayer
-
-    return all(type(layer) is DynamicLayer for layer in cache.layers)
-
-
-class BatchState:
-    """Many episodes' caches as one left-padded batch: a DynamicCache (B, H, T, D) per layer, the
-    attention `mask` (B, T) with 0 on padding (also padding inside a ragged block of new tokens),
-    and per row the next position id (B,) = real tokens so far. Rows are episodes `rows[b]`."""
-
-    def __init__(self, states: Sequence[CachedState], rows: Sequence[int], config: Any):
-        self.config = config
-        self.rows = list(rows)
-        lens = [len(states[i].ids) for i in self.rows]
-        width = max(lens)
-        ref = next((states[i].cache for i in self.rows if len(states[i].ids)), None)
-        self.pos = torch.tensor(lens, dtype=torch.long)
-        if ref is None:  # nothing cached yet: the first forward starts the cache
-            self.cache = cache_from_tensors([], config)
-            self.mask = torch.zeros(len(lens), 0, dtype=torch.long)
-            return
-        kv = []
-        for layer_idx, layer in enumerate(ref.layers):
-            shape = (len(lens), layer.keys.shape[1], width, layer.keys.shape[3])
-            keys = layer.keys.new_zeros(shape)
-            values = layer.values.new_zeros(shape[:3] + (layer.values.shape[3],))
-            for b, (i, n) in enumerate(zip(self.rows, lens)):
-                if n:
-                    src = states[i].cache.layers[layer_idx]
-                    keys[b, :, width - n :] = src.keys[0]
-                    values[b, :, width - n :] = src.values[0]
-            kv.append((keys, values))
-        self.cache = cache_from_tensors(kv, config)
-        self.mask = torch.tensor([[0] * (width - n) + [1] * n for n in lens], dtype=torch.long)
-
-    def forward(self, model: Any, new: Sequence[Sequence[int]], pad_id: int) -> torch.Tensor:
-        """Feed `new[b]` (≥ 1 token each, ragged: left-padded within the block) to every row;
-        returns the next-token logits (B, V) in fp32."""
-        width = max(len(n) for n in new)
-        device = next(model.parameters()).device
-        ids = torch.tensor([[pad_id] * (width - len(n)) + list(n) for n in new], device=device)
-        block = torch.tensor([[0] * (width - len(n)) + [1] * len(n) for n in new], dtype=torch.long)
-        steps = torch.cumsum(block, dim=1) - 1  # 0, 1, … over each row's real tokens
-        position_ids = (self.pos[:, None] + steps.clamp(min=0)).to(device)
-        self.mask = torch.cat([self.mask, block], dim=1)
-        out = model(
-            input_ids=ids,
-            attention_mask=self.mask.to(device),
-            position_ids=position_ids,
-            cache=self.cache,
-            use_cache=True,
-            logits_to_keep=1,
-        )
-        self.cache = out.cache if getattr(out, "cache", None) is not None else self.cache
-        self.pos += block.sum(dim=1)
-        return out.logits[:, -1].float()
-
-    def extract(self, b: int) -> Any:
-        """Row `b`'s cache without its padding: a fresh (1, H, n, D) DynamicCache."""
-        cols = self.mask[b].nonzero().squeeze(1)
-        contiguous = len(cols) and int(cols[-1] - cols[0]) + 1 == len(cols)
-        kv = []
-        for layer in self.cache.layers:
-            if contiguous:
-                s = slice(int(cols[0]), int(cols[-1]) + 1)
-                kv.append((layer.keys[b : b + 1, :, s].clone(), layer.values[b : b + 1, :, s].clone()))
-            else:
-                idx = cols.to(layer.keys.device)
-                kv.append((layer.keys[b : b + 1].index_select(2, idx), layer.values[b : b + 1].index_select(2, idx)))
-        return cache_from_tensors(kv, self.config)
-
-    def keep(self, keep_rows: Sequence[int]) -> None:
-        """Drop every row not in `keep_rows` (batch positions), and columns now padding in all rows."""
-        idx = torch.tensor(list(keep_rows), dtype=torch.long)
-        self.mask, self.pos = self.mask[idx], self.pos[idx]
-        self.rows = [self.rows[b] for b in keep_rows]
-        used = self.mask.any(dim=0).nonzero()
-        start = int(used[0]) if len(used) else self.mask.shape[1]
-        self.mask = self.mask[:, start:]
-        for layer in self.cache.layers:
-            dev = layer.keys.device
-            layer.keys = layer.keys[idx.to(dev), :, start:]
-            layer.values = layer.values[idx.to(dev), :, start:]
+def _generator_on(device: torch.device, generator: torch.Generator) -> torch.Generator:
+    """`generator` itself on its own device; else the device's generator, reseeded from `generator`."""
+    if device == generator.device or device.type == "cpu":
+        return generator
+    seed = int(torch.randint(0, 2**62, (1,), generator=generator))  # a CPU draw: no device sync
+    gen = _DEVICE_GENERATORS.setdefault(device, torch.Generator(device))
+    return gen.manual_seed(seed)

@@ -24,7 +24,7 @@ FSDP_REFUSAL = (
     "deadlock; on CPU accelerate does not offer FSDP at all (a multi-CPU run is always DDP). "
     "Use scale.strategy 'ddp' (the default)"
 )
-"""Why `scale.strategy = "fsdp"` is refused at launch (also in the README's "Scale out")."""
+"""Why `scale.strategy = "fsdp"` is refused at launch (also in docs/scale-out.md)."""
 
 
 def launched_world_size() -> int:

@@ -17,6 +17,12 @@ import torch.distributed as dist
 from empo2_studio.scale import launched_world_size
 
 
+def wants_cpu(policy_device: str) -> bool:
+    """Whether a run whose `policy.device` is `policy_device` joins with CPU + gloo: "cpu", or "auto"
+    on a machine without CUDA ("cuda" and "auto" with CUDA take nccl and this rank's GPU)."""
+    return policy_device == "cpu" or (policy_device == "auto" and not torch.cuda.is_available())
+
+
 @dataclass(frozen=True)
 class DistContext:
     """This process's place in the run: `rank` in [0, world_size), its `device`, the `backend`."""
@@ -36,7 +42,8 @@ class DistContext:
         """Join the process group the launcher described (idempotent).
 
         Args:
-            cpu: force CPU + gloo; None = CUDA (nccl) when available, else CPU (gloo).
+            cpu: force CPU + gloo (`wants_cpu(policy.device)`: a CPU policy on a GPU machine must not
+                join with nccl); None = CUDA (nccl) when available, else CPU (gloo).
 
         Raises:
             RuntimeError: WORLD_SIZE > 1 but no process group could be formed (not under a launcher).

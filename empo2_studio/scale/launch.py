@@ -22,14 +22,14 @@ def run_train_distributed(cmd: Any, cli: Any) -> int:
     `cli` is the `empo2_studio.cli` module, passed in by its `run_train`: its checks and training loop
     are reused here, and this layer sits below the CLI (it never imports it).
     """
-    from empo2_studio.scale.dist import DistContext
     from empo2_studio.scale.trainer import DistributedTrainer
     from empo2_studio.sessions import Session
 
-    ctx = DistContext.from_env()
+    resumed = cli.open_session(cmd.resume, cmd.sessions_dir) if cmd.resume else None
+    ctx = join(resumed.config if resumed is not None else cmd.run)
     try:
-        if cmd.resume:
-            session = cli.open_session(cmd.resume, cmd.sessions_dir)
+        if resumed is not None:
+            session = resumed
             cli.refuse_config_change(session, cmd.run)
             _usage(cli, lambda: check_launch(session.config, ctx.world_size, resuming=True))
             trainer = DistributedTrainer.resume(session, ctx=ctx)
@@ -76,6 +76,14 @@ def run_train_distributed(cmd: Any, cli: Any) -> int:
         return cli.OK
     finally:
         ctx.close()
+
+
+def join(cfg: Any) -> Any:
+    """This rank's `dist.DistContext` for a run with config `cfg`: CPU + gloo when its policy runs on
+    the CPU (`policy.device` "cpu", or "auto" without CUDA), else nccl on this rank's GPU."""
+    from empo2_studio.scale.dist import DistContext, wants_cpu
+
+    return DistContext.from_env(cpu=wants_cpu(cfg.policy.device))
 
 
 def _usage(cli: Any, check: Any) -> None:

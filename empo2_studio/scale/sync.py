@@ -92,13 +92,13 @@ class GradSync:
         model = getattr(target, "model", None)
         if not isinstance(model, torch.nn.Module) or not hasattr(target, "train_forward"):
             raise TypeError(f"data parallelism needs a policy with a torch `model` and `train_forward`, got {type(target).__name__}")
-        from accelerate import Accelerator, DistributedDataParallelKwargs
+        from accelerate import DistributedDataParallelKwargs
 
         # broadcast_buffers=False: DDP would otherwise broadcast buffers at every grad-enabled forward,
         # and ranks run different numbers of forwards (one per conversation); the buffers (rotary
         # tables) are constants. find_unused_parameters=False: every forward reaches every LoRA weight.
         ddp_kwargs = DistributedDataParallelKwargs(broadcast_buffers=False, find_unused_parameters=False)
-        self.accelerator = Accelerator(cpu=self.ctx.device.type == "cpu", kwargs_handlers=[ddp_kwargs])
+        self.accelerator = make_accelerator(cpu=self.ctx.device.type == "cpu", kwargs_handlers=[ddp_kwargs])
         engine = self.accelerator.prepare_model(model, device_placement=False)
         if not isinstance(engine, torch.nn.parallel.DistributedDataParallel):
             raise RuntimeError(f"accelerate did not wrap the model in DDP (distributed type {self.accelerator.distributed_type})")
@@ -188,6 +188,16 @@ class GradSync:
         out = fn()
         self.seconds += time.perf_counter() - t0
         return out
+
+
+def make_accelerator(*, cpu: bool, kwargs_handlers: list[Any]) -> Any:
+    """The `accelerate.Accelerator` that wraps the model: mixed precision "no" whatever the user's
+    `accelerate config` or ACCELERATE_MIXED_PRECISION says, so forwards under `accelerate launch`
+    run in the model's own dtype as under torchrun (an autocast would change the scored log-probs
+    against the sampled ones; the CUDA model is already bf16: `loading.compute_dtype`)."""
+    from accelerate import Accelerator
+
+    return Accelerator(cpu=cpu, mixed_precision="no", kwargs_handlers=kwargs_handlers)
 
 
 def _counting_hook(sync: GradSync, bucket):  # type: ignore[no-untyped-def]

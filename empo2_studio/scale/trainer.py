@@ -92,6 +92,17 @@ class ReadOnlyStore:
         return []
 
 
+class _AgreedStop:
+    """A stop event read by every rank at once: `is_set` is True on all ranks when any rank's `stop`
+    is set (an all-reduce; `Trainer.train` asks once per iteration on every rank)."""
+
+    def __init__(self, sync: GradSync, stop: threading.Event | None) -> None:
+        self.sync, self.stop = sync, stop
+
+    def is_set(self) -> bool:
+        return self.sync.any(self.stop is not None and self.stop.is_set())
+
+
 class DistributedTrainer(Trainer):
     """`Trainer` over the ranks of `ctx` (a `dist.DistContext`); same arguments plus `ctx`.
 
@@ -192,20 +203,8 @@ class DistributedTrainer(Trainer):
 
     def train(self, iterations: int, *, stop: threading.Event | None = None,
               on_report: Callable[[IterationReport], None] | None = None) -> list[IterationReport]:  # fmt: skip
-        """`Trainer.train` where the ranks agree on stopping (any rank's stop event stops all)."""
-        reports = []
-        for _ in range(iterations):
-            if self.sync.any(stop is not None and stop.is_set()):
-                break
-            report = self.step()
-            reports.append(report)
-            if on_report is not None:
-                on_report(report)
-            if self.iteration % self.cfg.train.checkpoint_every == 0:
-                self.save_checkpoint()
-        if reports and self.iteration % self.cfg.train.checkpoint_every != 0:
-            self.save_checkpoint()
-        return reports
+        """`Trainer.train`, where the ranks agree on stopping: any rank's stop event stops all."""
+        return super().train(iterations, stop=_AgreedStop(self.sync, stop), on_report=on_report)
 
     def distill(self, episode_ids: Any) -> IterationReport:
         raise NotImplementedError("distill runs in one process: `empo2-studio distill --session RUN_ID …`")
@@ -238,7 +237,7 @@ class DistributedTrainer(Trainer):
         ctx = kw["ctx"]
         view = session if ctx.is_main else ReadOnlySession(session)
         trainer = super().resume(view, **kw)
-        state = torch.load(session.adapter_dir(trainer.iteration) / STATE_FILE, weights_only=False)
+        state = torch.load(session.adapter_dir(trainer.iteration) / STATE_FILE, weights_only=False, map_location="cpu")
         ranks = state.get("novelty_ranks", [state["novelty"]])
         if len(ranks) != ctx.world_size:
             raise ValueError(f"the checkpoint was written by {len(ranks)} process(es); resume it with {len(ranks)}, not {ctx.world_size}")

@@ -23,6 +23,7 @@ behaviour log-probs would be of another distribution. `VLLMPolicy` refuses a con
 
 from __future__ import annotations
 
+import os
 import zlib
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -33,6 +34,13 @@ import torch
 
 from empo2_studio.policy import ActionRequest, Turn
 from empo2_studio.types import ActionSample
+
+NEUTRAL_SAMPLING = {"top_p": 1.0, "top_k": -1, "min_p": 0.0, "repetition_penalty": 1.0,
+                    "presence_penalty": 0.0, "frequency_penalty": 0.0}
+"""Sent with every completion: the plain softmax(logits / T) the trainer re-scores. A parameter a request
+leaves out is taken from the model's generation_config.json (Qwen2.5-Instruct: top_k 20, top_p 0.8,
+repetition_penalty 1.05), which would truncate and penalise the sampled distribution and bias every
+importance ratio. top_k -1 = all tokens (every vLLM version; newer ones also take 0)."""
 
 TOKEN_PREFIX = "token_id:"
 """How vLLM names a token when `return_tokens_as_token_ids` is set."""
@@ -111,6 +119,7 @@ class VLLMPolicy:
 
     def publish_adapter(self, path: str, name: str, *, load: bool = True) -> None:
         """Make adapter `name` (a PEFT directory at `path`, readable by the servers) the one sampled from.
+        The servers get `path` made absolute here (a server runs in its own working directory).
 
         With `load`, POST `/v1/load_lora_adapter` to every server, then unload the previous adapter;
         without it (ranks > 0, after rank 0 loaded it) only switch the name. Raises VLLMServerError.
@@ -118,7 +127,7 @@ class VLLMPolicy:
         previous = self.model_name
         if load:
             for url in self.urls:
-                self._post(url, "/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(path)})
+                self._post(url, "/v1/load_lora_adapter", {"lora_name": name, "lora_path": os.path.abspath(path)})
             if previous != self.base_name:
                 for url in self.urls:
                     self._post(url, "/v1/unload_lora_adapter", {"lora_name": previous})
@@ -133,7 +142,7 @@ class VLLMPolicy:
             "model": self.model_name, "prompt": prompt, "max_tokens": int(max_tokens),
             "temperature": float(temperature), "seed": int(seed), "n": 1, "logprobs": 1,
             "return_tokens_as_token_ids": True, "stop": ["\n"], "stop_token_ids": stop_ids,
-            "skip_special_tokens": True,
+            "skip_special_tokens": True, **NEUTRAL_SAMPLING,
         }  # fmt: skip
 
     def _url_for(self, key: str) -> str:

@@ -48,6 +48,7 @@ def run_side_by_side(page) -> None:
 
 def test_side_by_side_fills_both_columns(page, studio_url, artifacts):
     page.goto(studio_url)
+    open_tab(page, "Episodes")  # the page opens on the Lesson tab
     page.locator("#ep-variation input").wait_for()
     page.wait_for_function("document.querySelector('#ep-variation input').value !== ''")
     run_side_by_side(page)

@@ -52,7 +52,10 @@ def test_side_by_side_writes_tips_that_the_tips_tab_lists(slow_page, real_studio
     page.goto(url)
     # first start: the banner shows progress until the model is prepared
     page.locator("#model-banner").get_by_text(re.compile("model ready")).wait_for()
+    page.get_by_role("tab", name="Episodes").click()  # the page opens on the Lesson tab
     page.wait_for_function("document.querySelector('#ep-variation input').value !== ''")
+    # a ScienceWorld session on the embedded model says what the model can and cannot do there
+    page.locator("#ep-note").get_by_text("rarely scores").wait_for()
     page.locator("#ep-run").click()
     page.locator("#ep-naive .e2-step").first.wait_for()
     page.locator("#ep-memory .e2-step").first.wait_for()

@@ -1,4 +1,4 @@
-"""The Tips tab: the session's tip table, curated in place (handlers first, the tab's layout last).
+"""The Tips tab: the session's tip table, curated in place (handlers first, then the tab's layout and wiring).
 
 Every edit goes straight to the session's `TipStore` (LanceDB; each write is a table version), so
 what the table shows is what the next memory episode retrieves. Handlers are plain functions
@@ -11,13 +11,16 @@ import tempfile
 import time
 from functools import partial
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import gradio as gr
 import pandas as pd
 
-from empo2_studio.app.handlers import user_errors, whole_number
+from empo2_studio.app.handlers import refused, user_errors, whole_number
 from empo2_studio.envs import make_env
+
+if TYPE_CHECKING:
+    from empo2_studio.app.studio import Studio
 
 COLUMNS = ["id", "task", "variation", "text", "score", "enabled", "origin", "edited", "similarity"]
 DATATYPES = ["str", "str", "number", "str", "number", "bool", "str", "bool", "str"]
@@ -35,7 +38,7 @@ def _frame(rows: Sequence[tuple[Any, float | None]]) -> pd.DataFrame:
     return pd.DataFrame(data, columns=COLUMNS)
 
 
-def _check_partition(studio: Any, run_id: str, task: str, variation: Any) -> int:
+def _check_partition(studio: Studio, run_id: str, task: str, variation: Any) -> int:
     """The variation as an int once (task, variation) is checked against the session's environment, so
     a tip is never stored where no episode can retrieve it. ValueError names the valid tasks / range."""
     number = whole_number(variation, "the variation", 0)
@@ -67,7 +70,7 @@ def _filters(task: str | None, variation: Any, origin: str | None, enabled: str 
 
 
 @user_errors
-def list_tips(studio: Any, run_id: str, task: str | None, variation: Any, origin: str | None,
+def list_tips(studio: Studio, run_id: str, task: str | None, variation: Any, origin: str | None,
               enabled: str | None, contains: str | None) -> tuple[pd.DataFrame, Any, str]:
     """The filtered table. Returns (frame, selection dropdown update, status)."""
     tips = studio.store(run_id).list_tips(**_filters(task, variation, origin, enabled, contains))
@@ -76,7 +79,7 @@ def list_tips(studio: Any, run_id: str, task: str | None, variation: Any, origin
 
 
 @user_errors
-def search_tips(studio: Any, run_id: str, query: str, task: str | None) -> tuple[pd.DataFrame, Any, str]:
+def search_tips(studio: Studio, run_id: str, query: str, task: str | None) -> tuple[pd.DataFrame, Any, str]:
     """Semantic search over the tips' keys (enabled or not), most similar first."""
     if not query or not query.strip():
         raise ValueError("type something to search for")
@@ -127,7 +130,7 @@ def table_edits(before: pd.DataFrame, after: pd.DataFrame) -> dict[str, dict[str
     return changes
 
 
-def apply_table_edits(studio: Any, run_id: str, before: pd.DataFrame, after: pd.DataFrame) -> tuple[Any, str]:
+def apply_table_edits(studio: Studio, run_id: str, before: pd.DataFrame, after: pd.DataFrame) -> tuple[Any, str]:
     """Persist inline edits at once. Returns (frame to show, status). A bad value is reported and
     the row shows the stored value again; the other edits are kept."""
     store = studio.store(run_id)
@@ -156,7 +159,7 @@ def apply_table_edits(studio: Any, run_id: str, before: pd.DataFrame, after: pd.
 
 
 @user_errors
-def add_tip(studio: Any, run_id: str, task: str, variation: Any, text: str, score: Any) -> str:
+def add_tip(studio: Studio, run_id: str, task: str, variation: Any, text: str, score: Any) -> str:
     """Add a manual tip (its retrieval key is its own text); an empty task means the session's task."""
     task = (task or "").strip() or studio.session(run_id).config.env.task
     if variation in (None, ""):
@@ -167,7 +170,7 @@ def add_tip(studio: Any, run_id: str, task: str, variation: Any, text: str, scor
 
 
 @user_errors
-def set_enabled(studio: Any, run_id: str, tip_ids: Sequence[str] | None, enabled: bool) -> str:
+def set_enabled(studio: Studio, run_id: str, tip_ids: Sequence[str] | None, enabled: bool) -> str:
     """Bulk enable / disable the selected tips."""
     if not tip_ids:
         raise ValueError("select tips first (click rows or pick them in 'Selected tips')")
@@ -178,12 +181,12 @@ def set_enabled(studio: Any, run_id: str, tip_ids: Sequence[str] | None, enabled
 def ask_delete(tip_ids: Sequence[str] | None) -> tuple[Any, str]:
     """First click on Delete: show the confirmation row."""
     if not tip_ids:
-        raise gr.Error("select tips to delete first")
+        raise refused("select tips to delete first")
     return gr.Row(visible=True), f"**Delete {len(tip_ids)} tip(s)?** This makes a new table version (restorable)."
 
 
 @user_errors
-def confirm_delete(studio: Any, run_id: str, tip_ids: Sequence[str] | None) -> tuple[Any, str]:
+def confirm_delete(studio: Studio, run_id: str, tip_ids: Sequence[str] | None) -> tuple[Any, str]:
     """Second click: delete; hide the confirmation row."""
     n = studio.store(run_id).delete(list(tip_ids or []))
     return gr.Row(visible=False), f"deleted {n} tip(s)"
@@ -198,7 +201,7 @@ def select_row(frame: pd.DataFrame, selected: Sequence[str] | None, evt: gr.Sele
 
 
 @user_errors
-def export_tips(studio: Any, run_id: str) -> tuple[str, str]:
+def export_tips(studio: Studio, run_id: str) -> tuple[str, str]:
     """Write every tip to a JSONL file for download. Returns (path, status)."""
     out = Path(tempfile.mkdtemp(prefix="empo2-tips-")) / f"{run_id}-tips-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"
     n = studio.store(run_id).export_jsonl(out)
@@ -206,7 +209,7 @@ def export_tips(studio: Any, run_id: str) -> tuple[str, str]:
 
 
 @user_errors
-def import_tips(studio: Any, run_id: str, path: str | None) -> str:
+def import_tips(studio: Studio, run_id: str, path: str | None) -> str:
     """Import an uploaded JSONL tip file (all lines valid, or nothing is imported)."""
     if not path:
         raise ValueError("choose a .jsonl file to import")
@@ -214,7 +217,7 @@ def import_tips(studio: Any, run_id: str, path: str | None) -> str:
     return f"imported {result.added} tip(s), skipped {result.skipped_duplicates} duplicate(s)"
 
 
-def version_choices(studio: Any, run_id: str) -> Any:
+def version_choices(studio: Studio, run_id: str) -> Any:
     """Table versions, newest first, for the restore dropdown."""
     versions = list(reversed(studio.store(run_id).versions()))
     choices = [(f"v{v.version} · {v.timestamp:%Y-%m-%d %H:%M:%S} · {v.rows} rows", v.version) for v in versions]
@@ -222,7 +225,7 @@ def version_choices(studio: Any, run_id: str) -> Any:
 
 
 @user_errors
-def restore_version(studio: Any, run_id: str, version: Any) -> str:
+def restore_version(studio: Studio, run_id: str, version: Any) -> str:
     """Make an earlier table version current again (as a new version, so it can be undone)."""
     if version in (None, ""):
         raise ValueError("pick a version to restore")
@@ -230,14 +233,14 @@ def restore_version(studio: Any, run_id: str, version: Any) -> str:
     return f"restored version {int(version)} as new version {new}"
 
 
-def task_choices(studio: Any, run_id: str) -> Any:
+def task_choices(studio: Studio, run_id: str) -> Any:
     """Filter choices: (all) plus the tasks that have tips and the session's own task."""
     tasks = {t.task for t in studio.store(run_id).list_tips()} | {studio.session(run_id).config.env.task}
     return gr.Dropdown(choices=[ALL, *sorted(tasks)], value=ALL)
 
 
-# ---- layout ---------------------------------------------------------------------------------------
-def build_tips_tab(studio: Any, run_id: gr.State) -> dict[str, Any]:
+# ---- layout and wiring ---------------------------------------------------------------------------------------
+def build_tips_tab(studio: Studio, run_id: gr.State) -> dict[str, Any]:
     """Components and wiring of the Tips tab. Returns what the page refreshes on a session switch."""
     with gr.Row():
         f_task = gr.Dropdown([ALL], value=ALL, label="Task", elem_id="tips-task")
