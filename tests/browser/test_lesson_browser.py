@@ -58,7 +58,9 @@ def test_race_draws_both_arms(page, studio_url, artifacts):
     page.goto(studio_url)
     page.get_by_role("tab", name="Race (EMPO² vs GRPO)").click()
     page.wait_for_function("document.querySelector('#rc-group input').value === '2'")
-    assert "no data yet" in page.locator("#rc-chart").inner_text()  # an empty chart says so
+    empty_note = page.locator("#rc-chart text.annotation-text").first
+    empty_note.wait_for(timeout=30_000)
+    assert empty_note.text_content() == "no data yet"  # an empty chart says so
     assert page.locator("#rc-target input:checked").input_value() == "open"  # a trap session races itself
     page.locator("#rc-iterations input").fill("2")
     page.locator("#rc-step-limit input").fill("2")
@@ -69,7 +71,7 @@ def test_race_draws_both_arms(page, studio_url, artifacts):
         assert page.locator("#rc-chart .scatterlayer .trace").count() == 4  # 2 arms × (success, score)
         page.locator("#rc-table").get_by_text("GRPO").last.wait_for(timeout=30_000)
         assert page.locator("#rc-chart .scatterlayer .trace .point").count() == 8  # a marker per arm, iteration, panel
-        assert "no data yet" not in page.locator("#rc-chart").inner_text()
+        assert page.locator("#rc-chart text.annotation-text").count() == 0
         assert page.locator("#rc-chart .ytick text").first.text_content().endswith("%")
         assert "elapsed" in page.locator("#rc-status").inner_text() or "iteration(s) per arm in" in page.locator("#rc-status").inner_text()
     finally:
