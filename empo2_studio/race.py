@@ -11,7 +11,12 @@ iterations has exactly the weights of A trained alone for k iterations from the 
 
 The arms (`ARMS`, also used by benchmarks/bench_learning.py): "EMPO2" = the given config; "GRPO" =
 the same with `rollout.p_memory = 0` (never a memory rollout) and `algo.intrinsic_coef = 0` (no
-novelty bonus): the paper's GRPO baseline on the same code path.
+novelty bonus): the paper's GRPO baseline on the same code path. An arm that never reads tips
+(`reads_tips`) writes none either (`Trainer.write_tips` off): the GRPO arm spends no compute on
+reflection, so the race compares equal work per iteration apart from what EMPO² needs.
+
+`Race.step` reports each arm's iteration as soon as that arm has finished it (`on_arm`), so a page
+shows the rows as they are computed.
 """
 
 from __future__ import annotations
@@ -40,6 +45,12 @@ def arm_config(cfg: RunConfig, arm: str, run_id: str | None = None) -> RunConfig
     over = ARMS[arm]
     out = cfg.with_overrides(rollout=over["rollout"], algo=over["algo"])
     return replace(out, run_id=run_id) if run_id is not None else out
+
+
+def reads_tips(cfg: RunConfig) -> bool:
+    """Whether a run with `cfg` can ever play a memory rollout (the only reader of its tips)."""
+    forced = cfg.rollout.forced_mode
+    return forced in ("on-policy-with-tips", "off-policy") or (forced is None and cfg.rollout.p_memory > 0)
 
 
 def lora_state(policy: Any) -> dict[str, Any]:
@@ -88,6 +99,8 @@ class Race:
         if len(policies) != 1:
             raise ValueError("the arms of a race must share one policy object (one model per process)")
         self.trainers = dict(trainers)
+        for trainer in self.trainers.values():
+            trainer.write_tips = reads_tips(trainer.cfg)
         self.policy = next(iter(self.trainers.values())).policy
         start = dict(initial_state) if initial_state is not None else lora_state(self.policy)
         self.states: dict[str, dict[str, Any]] = {arm: {k: v.clone() for k, v in start.items()} for arm in self.trainers}
@@ -136,8 +149,13 @@ class Race:
     def _keep(self, arm: str) -> None:
         self.states[arm] = lora_state(self.policy)
 
-    def step(self, on_phase: Callable[[str, str], None] | None = None) -> dict[str, Any]:
-        """One iteration of every arm, in order; returns arm → IterationReport."""
+    def step(
+        self, on_phase: Callable[[str, str], None] | None = None,
+        on_arm: Callable[[str, Any], None] | None = None,
+    ) -> dict[str, Any]:  # fmt: skip
+        """One iteration of every arm, in order; returns arm → IterationReport. `on_phase(arm, line)`
+        follows an arm's phases; `on_arm(arm, report)` runs as soon as that arm's iteration ends (its
+        row is in `self.rows` by then)."""
         reports = {}
         for arm, trainer in self.trainers.items():
             trainer = self.use(arm)
@@ -149,6 +167,8 @@ class Race:
             self._keep(arm)
             self.rows[arm].append({"iteration": report.iteration, **report.metrics})
             reports[arm] = report
+            if on_arm is not None:
+                on_arm(arm, report)
         return reports
 
     def run(
@@ -158,10 +178,11 @@ class Race:
         stop: threading.Event | None = None,
         on_iteration: Callable[[int, dict[str, Any]], None] | None = None,
         on_phase: Callable[[str, str], None] | None = None,
+        on_arm: Callable[[str, Any], None] | None = None,
     ) -> int:
         """Up to `iterations` interleaved iterations; a stop request takes effect after the current
         one (both arms always have played the same number). Saves every arm's checkpoint at the end.
-        Returns the iterations run."""
+        `on_arm` as in `step`. Returns the iterations run."""
         if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
             raise ValueError(f"iterations must be a whole number ≥ 1, got {iterations!r}")
         done = 0
@@ -170,7 +191,7 @@ class Race:
             for _ in range(iterations):
                 if stop is not None and stop.is_set():
                     break
-                reports = self.step(on_phase)
+                reports = self.step(on_phase, on_arm)
                 done += 1
                 if on_iteration is not None:
                     on_iteration(done, reports)
@@ -190,7 +211,8 @@ class Race:
 
 
 def arm_rows_summary(rows: Mapping[str, list[Mapping[str, Any]]]) -> list[list[Any]]:
-    """Table rows [iteration, arm, update mode, success rate, mean score, seconds] for display."""
+    """Table rows [iteration, arm, update mode, success rate ("50%"), mean score, tips written, seconds]
+    for display, ordered by iteration then arm."""
     from empo2_studio.trainer import MODE_CODE
 
     names = {code: mode for mode, code in MODE_CODE.items()}
@@ -199,10 +221,10 @@ def arm_rows_summary(rows: Mapping[str, list[Mapping[str, Any]]]) -> list[list[A
         for r in arm_rows:
             mode = names.get(int(r.get("rollout/update_mode", -1)), "?")
             out.append([int(r.get("iteration", 0)), ARM_LABELS.get(arm, arm), mode,
-                        round(float(r.get("rollout/success_rate", 0.0)), 3), round(float(r.get("rollout/score_mean", 0.0)), 1),
-                        round(float(r.get("time/iteration", 0.0)), 1)])  # fmt: skip
+                        f"{float(r.get('rollout/success_rate', 0.0)):.0%}", round(float(r.get("rollout/score_mean", 0.0)), 1),
+                        int(r.get("memory/tips_written", 0)), round(float(r.get("time/iteration", 0.0)), 1)])  # fmt: skip
     return sorted(out, key=lambda x: (x[0], x[1]))
 
 
 __all__ = ["ARMS", "ARM_LABELS", "Race", "arm_config", "arm_rows_summary", "free_race_ids", "load_lora_state",
-           "lora_state"]  # fmt: skip
+           "lora_state", "reads_tips"]  # fmt: skip

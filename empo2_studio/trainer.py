@@ -7,7 +7,7 @@ and the session the run is recorded in. One `step()` is one iteration:
 1. draw the update mode (memory with p, off-policy within memory with q; or a forced mode);
 2. for each of `variations_per_iteration` training variations, play a group of N episodes in lock-step
    (`rollout.play_group`), memory modes retrieving tips at every step;
-3. every training episode writes its tip (all modes, as the recipe does);
+3. every training episode writes its tip (all modes, as the recipe does; none when `write_tips` is off);
 4. group-relative advantages from each episode's return R = extrinsic return + intrinsic_coef × Σ novelty
    bonuses (the paper's EMPO² reward adds the bonus to the score; the recipe's merged code drops it);
 5. `update.policy_update`: re-score, mask, clipped surrogate, AdamW (`update_epochs` passes);
@@ -95,6 +95,7 @@ class Trainer:
         self._variations: tuple[int, ...] | None = None
         self.on_phase: Callable[[str], None] | None = None
         """Called with a short line as an iteration moves through its phases (the studio's status)."""
+        self.write_tips = True  # False: no reflection, no tips (an arm that never reads them: the race's GRPO)
 
     # ---- resources ---------------------------------------------------------------------------
     def envs(self, n: int) -> list[Any]:
@@ -211,11 +212,11 @@ class Trainer:
             envs, self.policy, self.store, task=task, variation=variation,
             split="train", rollout_mode=rollout_mode_of(mode), update_mode=mode,
             temperature=self.cfg.rollout.train_temperature, seed=sampling_seed(self.cfg.seed, self.iteration),
-            embedder=self.embedder, novelty=self.novelty(task, variation), timings=timings, keep_caches=True,
+            embedder=self.embedder, novelty=self.novelty(task, variation), timings=timings, keep_caches=self.write_tips,
             on_step=on_step if self.on_phase is not None else None,
         )  # fmt: skip
-        self._phase(f"writing the tips of {len(episodes)} episodes")
-        return write_group_tips(self.policy, self.store, episodes, timings=timings)
+        self._phase(f"writing the tips of {len(episodes)} episodes" if self.write_tips else "this run writes no tips")
+        return write_group_tips(self.policy, self.store, episodes, timings=timings) if self.write_tips else episodes
 
     def _advantages(self, groups: Sequence[Sequence[Episode]]) -> list[float] | list[list[float]]:
         """Group-relative advantages of R = extrinsic return + intrinsic_coef × Σ intrinsic rewards, one

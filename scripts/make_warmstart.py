@@ -8,15 +8,18 @@ benchmarks/bench_lesson.py). The paper's 7B model could follow instructions; thi
 What it learns, on the constrained-decoding distribution over the step's valid actions:
 1. in a trap episode whose prompt carries notes, the next action the notes imply (likelihood of that
    action, computed from the env's state: `next_action`). The data never uses the variations the
-   benchmarks measure on: only the trap's dev and train layouts (variations 0–35 of every task, never
-   test 36–47). The informative note is, a quarter of the time, the template a teacher's pre-filled tip
-   uses (`TrapEnv.curated_tip`), a tenth a "[from the record]" line, and otherwise a note in a random
-   wording (`scripts/note_wordings.py`: facts only, paraphrased or exact plans, partial names, warnings,
-   filler sentences, in random order), so that the model reads the facts rather than copying the
-   first step of a plan. Sometimes an uninformative note sits beside it. Trajectories start with 0–2
-   detours and may take one more later, so the model learns its place from its own history and the
-   observation (room, inventory); half the conversations show plans whole, half cut as
-   `prompts.remaining_plan` cuts them;
+   benchmarks measure on: by default only the trap's dev layouts (variations 24–35 of every task;
+   `--splits dev train` adds 0–23, never test 36–47). Two recipes (`--recipe`):
+   - `shipped` (the adapter in assets/): the informative note is the template a teacher's pre-filled tip
+     uses (`TrapEnv.curated_tip`) or a "[from the record]" line, half and half, shown as the rollout
+     shows it, its plan from the first step not yet played (`prompts.remaining_plan`);
+   - `wordings`: a quarter of the notes are the template, a tenth record lines, and the rest a note in a
+     random wording (`scripts/note_wordings.py`: facts only, paraphrased or exact plans, partial names,
+     warnings, filler sentences, in random order), so that the model reads the facts rather than
+     copying the first step of a plan; trajectories may take one more detour later, and half the
+     conversations show plans whole.
+   In both, an uninformative note sometimes sits beside the informative one, and trajectories start
+   with 0–2 detours so the model also learns to recover;
 2. on the same layouts *without* notes, nothing new: a KL(base ‖ adapted) term over the allowed tokens
    at every action position of random note-free walks keeps the note-free policy at the base model's.
    Without it the note-free reflex became one fixed door ("go to bedroom", 0.98, on every layout), so
@@ -25,7 +28,8 @@ What it learns, on the constrained-decoding distribution over the step's valid a
 LoRA adapts the last 12 of the 30 layers (`--last-layers`): autograd stops there, so every later
 backward pass of a run costs 12 layers, not 30, and stores their activations only.
 
-    .venv/bin/python scripts/make_warmstart.py            # writes assets/warmstart/; these defaults were not yet run to the end (docs/notebook/2026-12-03-notes.md)
+    .venv/bin/python scripts/make_warmstart.py            # the shipped adapter: ~6 min on a quiet 2-core Xeon; writes assets/warmstart/
+    .venv/bin/python scripts/make_warmstart.py --recipe wordings --out /tmp/ws   # notes in many wordings (docs/notebook/2026-12-03-notes.md)
     .venv/bin/python scripts/make_warmstart.py --epochs 1 --out /tmp/ws   # a quick try elsewhere
 
 The output is a PEFT adapter directory plus `warmstart.json` (what it was trained on, its loss curve).
@@ -101,22 +105,29 @@ def failed_record(task: str, variation: int, rng: random.Random) -> str:
     return record_line(obs.task_description, steps, guess=False)
 
 
-def notes_for(task: str, variation: int, rng: random.Random, template: float = 0.25) -> list[str]:
-    """One informative note, sometimes with an uninformative one beside it. The informative note is the
-    template a teacher's pre-filled tip uses (`TrapEnv.curated_tip`, share `template`), a record line
-    (10 %) or, the rest, a note in a random wording (`note_wordings.training_note`)."""
+def notes_for(task: str, variation: int, rng: random.Random, recipe: str = "shipped", template: float = 0.25) -> list[str]:
+    """One informative note, sometimes with an uninformative one beside it.
+
+    `shipped` (the adapter in assets/): the teacher's template (`TrapEnv.curated_tip`) or a record line,
+    half and half. `wordings`: the template (share `template`), a record line (10 %) or, the rest, a note
+    in a random wording (`note_wordings.training_note`)."""
     env = TrapEnv()
-    r = rng.random()
-    if r < template:
-        good = env.curated_tip(task, variation)
-    elif r < template + 0.1:
-        good = gold_record(task, variation)
+    if recipe == "shipped":
+        good = env.curated_tip(task, variation) if rng.random() < 0.5 else gold_record(task, variation)
+        two, fallback = 0.25, 0.4
     else:
-        good = training_note(env.layout(task, variation), rng)
+        r = rng.random()
+        if r < template:
+            good = env.curated_tip(task, variation)
+        elif r < template + 0.1:
+            good = gold_record(task, variation)
+        else:
+            good = training_note(env.layout(task, variation), rng)
+        two, fallback = 0.15, 0.25
     extra = rng.random()
-    if extra < 0.15:
+    if extra < two:
         return [good, failed_record(task, variation, rng)]
-    if extra < 0.25:
+    if extra < fallback:
         steps = rng.randint(3, 8)
         return [good, f"{FALLBACK_PREFIX} The episode ended with score 0.0/100 after {steps} steps."]
     return [good]
@@ -140,18 +151,20 @@ def anchor_conversation(task: str, variation: int, rng: random.Random, step_limi
     return turns
 
 
-def conversation(task: str, variation: int, rng: random.Random, step_limit: int = 8, template: float = 0.25) -> tuple[list[Turn], list[int]]:
+def conversation(task: str, variation: int, rng: random.Random, step_limit: int = 8, recipe: str = "shipped", template: float = 0.25) -> tuple[list[Turn], list[int]]:
     """A note-following episode as policy turns, and the indices of the turns to learn from."""
     from empo2_studio.policy.tokens import ChatFormat  # noqa: F401  (format comes from the policy)
 
     env = TrapEnv(step_limit=step_limit)
     obs = env.reset(task, variation)
-    notes = notes_for(task, variation, rng, template)
+    notes = notes_for(task, variation, rng, recipe, template)
     rng.shuffle(notes)
     tips = [RetrievedTip(f"n{i}", n, 100.0, 1.0) for i, n in enumerate(notes)]
     detours = rng.choice((0, 0, 1, 2))
-    wander = rng.randint(1, step_limit - 2) if rng.random() < 0.3 else -1  # one detour later in the path
-    progress = rng.random() < 0.5  # plans shown from their first unplayed step (remaining_plan) or whole
+    wander, progress = -1, True  # shipped: no later detour; plans always cut as the rollout cuts them
+    if recipe == "wordings":
+        wander = rng.randint(1, step_limit - 2) if rng.random() < 0.3 else -1  # one detour later in the path
+        progress = rng.random() < 0.5  # plans shown from their first unplayed step (remaining_plan) or whole
     turns: list[tuple[str, str, tuple[str, ...]]] = []
     learn: list[int] = []
     for i in range(step_limit):
@@ -175,13 +188,16 @@ def conversation(task: str, variation: int, rng: random.Random, step_limit: int 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    ap.add_argument("--epochs", type=int, default=1)
-    ap.add_argument("--per-layout", type=int, default=1, help="conversations per layout and epoch")
-    ap.add_argument("--batch", type=int, default=3, help="conversations per optimizer step")
+    ap.add_argument("--recipe", choices=["shipped", "wordings"], default="shipped",
+                    help="shipped: the adapter in assets/ (template and record notes, dev layouts); "
+                    "wordings: notes in random wordings too (an experiment: docs/notebook/2026-12-03-notes.md)")
+    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--per-layout", type=int, default=2, help="conversations per layout and epoch")
+    ap.add_argument("--batch", type=int, default=4, help="conversations per optimizer step")
     ap.add_argument("--lr", type=float, default=5e-4)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--last-layers", type=int, default=12, help="LoRA on the model's last N layers")
-    ap.add_argument("--splits", nargs="+", default=["dev", "train"], choices=["dev", "train"], help="layouts trained on (never test)")
+    ap.add_argument("--splits", nargs="+", default=["dev"], choices=["dev", "train"], help="layouts trained on (never test)")
     ap.add_argument("--template", type=float, default=0.25, help="share of notes in the curated template's wording")
     ap.add_argument("--anchor-weight", type=float, default=1.0, help="weight of the note-free KL anchor")
     args = ap.parse_args(argv)
@@ -202,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.time()
     policy.model.train()
     for epoch in range(args.epochs):
-        data = [conversation(t, v, rng, template=args.template) for t, v in layouts for _ in range(args.per_layout)]
+        data = [conversation(t, v, rng, recipe=args.recipe, template=args.template) for t, v in layouts for _ in range(args.per_layout)]
         rng.shuffle(data)
         anchors = [anchor_conversation(t, v, rng) for t, v in layouts for _ in range(args.per_layout)]
         rng.shuffle(anchors)
@@ -236,10 +252,12 @@ def main(argv: list[str] | None = None) -> int:
     meta = {
         "base_model": EMBEDDED_MODEL,
         "trained_on": f"trap {' and '.join(args.splits)} variations of every search-family task (never test 36-47, never the fixed family): "
-        "note-following turns (likelihood; notes in the curated template, record lines and random wordings "
-        "from scripts/note_wordings.py, plans shown whole or cut by remaining_plan) and note-free random "
-        "walks (KL to the base model)",
-        "splits": args.splits, "template_share": args.template,
+        + ("note-following turns (likelihood; notes shown from their plan's first unplayed step, as the rollout "
+           "shows them)" if args.recipe == "shipped" else
+           "note-following turns (likelihood; notes in the curated template, record lines and random wordings "
+           "from scripts/note_wordings.py, plans shown whole or cut by remaining_plan)")
+        + " and note-free random walks (KL to the base model)",
+        "recipe": args.recipe, "splits": args.splits, "template_share": args.template,
         "last_layers": args.last_layers, "anchor_weight": args.anchor_weight, "epochs": args.epochs, "per_layout": args.per_layout, "batch": args.batch, "lr": args.lr, "seed": args.seed,
         "seconds": round(time.time() - t0, 1), "history": history,
     }  # fmt: skip

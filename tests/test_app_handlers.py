@@ -255,14 +255,14 @@ def test_a_session_switch_refreshes_every_tab_by_component(studio):
                                             ad["refresh"], tips["refresh"], race["refresh"]])  # fmt: skip
     update = refresh(RUN)
     # banner; episodes: env, task, split, variation, session line, note, 2 dropdowns; 10 form fields, 5 charts,
-    # distill ids; 2 adapt dropdowns; 7 tips; 2 race
-    assert len(outputs) == 1 + 6 + 2 + 10 + 5 + 1 + 2 + 7 + 2 and set(update) == set(outputs)
+    # distill ids; 2 adapt dropdowns; 7 tips; race: group, step limit, note, target
+    assert len(outputs) == 1 + 6 + 2 + 10 + 5 + 1 + 2 + 7 + 4 and set(update) == set(outputs)
     form = dict(zip(tt.TRAIN_FIELDS, tr["form"]))
     assert (update[form[("rollout", "group_size")]], update[form[("train", "learning_rate")]],
             update[form[("train", "iterations")]], update[form[("rollout", "p_memory")]]) == (2, 0.01, 1, 0.25)  # fmt: skip
     assert f"`{RUN}`" in update[session_md] and update[ep["checkpoint"]].value == "current"
     assert update[ad["task"]].value == at.unseen_tasks(studio, RUN)[0]
-    group, limit = race["refresh"][1]
+    group, limit, _note, _target = race["refresh"][1]
     assert (update[group].value, update[limit].value) == (2, 3)  # studio_cfg: groups of 2, 3 steps
     assert update[tips["refresh"][1][-1]] == TASK  # the Add form's task: the session's
     # what Gradio 6 does with a returned dict: one value per declared output, placed by component

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import copy
+import gc
+import weakref
+from dataclasses import replace
+
 import gradio as gr
 import pytest
 
 from empo2_studio.app import lesson_tab as ls
 from empo2_studio.app import race_tab as rc
+from empo2_studio.app.jobs import Job
 from empo2_studio.app.studio import Studio
-from empo2_studio.lesson import STAGES, curated_tip
+from empo2_studio.lesson import STAGES, StageResult, VariationRow, curated_tip
 
 RUN = "studio"
 TASK = "trap-light-bulb"
@@ -111,3 +117,91 @@ def test_race_runs_both_arms_and_leaves_the_studio_consistent(studio):
     assert studio.loaded_adapter is None
     assert studio.session(RUN).latest_checkpoint()[0] == 1
     assert studio.trainer(RUN).iteration == 1  # rebuilt from its checkpoint
+
+
+class RecordingJob(Job):
+    """A job that keeps a copy of its data and message at every update (what a poll could have drawn then)."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__("rec", kind, "recording")
+        self.seen: list[dict] = []
+        self.messages: list[str] = []
+
+    def update(self, **kw):
+        super().update(**kw)
+        self.seen.append(copy.deepcopy({k: v for k, v in self.data.items() if k in ("results", "rows")}))
+        self.messages.append(self.message)
+
+
+def test_the_lesson_job_shows_each_distill_step_as_it_ends(studio):
+    task = "trap-find-animal"
+    run_id = ls.lesson_session(studio, task).dir.name
+    assert "rough estimate: nothing measured" in ls.time_hint({}) and "about 14 min" in ls.time_hint({})  # 16 × (2 × 3 + 10 + 5 × 7) s = 816 s
+    job = RecordingJob("lesson")
+    settings = ls.settings_from_form(task, ["0"], 2, 3)
+    ls.run_lesson_job(studio, job, run_id=run_id, settings=settings, stage="all", tips={0: curated_tip(task, 0)})
+    steps_seen = [len(d["results"]["distill"]["steps"]) for d in job.seen if "distill" in d.get("results", {})]
+    assert sorted(set(steps_seen)) == [1, 2, 3] and steps_seen == sorted(steps_seen)  # one more row at each step
+    running = [d["results"]["distill"] for d in job.seen if d.get("results", {}).get("distill", {}).get("running")]
+    counts = [len(r["steps"]) for r in running]
+    assert [k for i, k in enumerate(counts) if i == 0 or counts[i - 1] != k] == [1, 2, 3]  # running: 1, 2, 3 steps
+    *tables, fig = ls.lesson_view({"distill": StageResult.from_dict(running[0])})
+    assert [row[0] for row in _value(tables[3])] == [1] and isinstance(_value(tables[3])[0][4], float)
+    md = ls.session_markdown(studio, run_id)
+    assert "measured on this machine by the last lesson" in md and "Expected time" in md
+    rates = ls.measured_rates(studio)  # the newest lesson's: this job's distill stage
+    last = [r for r in studio.session(run_id).metrics() if r.get("lesson/stage") == "distill"][-1]
+    assert rates["distill_episode"] == pytest.approx(last["time/distill_step"] / 2)
+    assert "about 3 minutes" not in ls.INTRO
+    two = StageResult("naive", rows=(VariationRow(0, 2, 1, 0.5, 10.0), VariationRow(1, 2, 0, 0.0, -30.0)))
+    assert ls.stage_table(two) == [[0, 2, 1, "50%", 10.0], [1, 2, 0, "0%", -30.0], ["all", 4, 1, "25%", -10.0]]
+    assert ls.stage_table(None) == [] and "in all" in job.message
+
+
+def test_race_rows_appear_per_arm_and_a_scienceworld_session_races_a_trap_copy(studio, studio_cfg):
+    sw_cfg = studio_cfg.with_overrides(env={"name": "scienceworld", "task": "power-component", "variations": ()})
+    sw = studio.create_session(replace(sw_cfg, run_id="sw")).dir.name
+    base, cfg = rc.race_target(studio, sw)
+    assert (base, cfg.env.name, cfg.env.task, cfg.env.variations) == ("sw-trap", "trap", rc.RACE_TRAP_TASK, (0, 1))
+    assert rc.race_target(studio, sw, "open") == ("sw", studio.session(sw).config)
+    assert rc.race_target(studio, RUN) == (RUN, studio.session(RUN).config)  # a trap session races itself
+    assert "embedded 135M model" in rc.race_note(studio, sw) and rc.race_note(studio, RUN) == ""
+    assert [v for _, v in rc.target_choices(studio, sw)] == ["trap", "open"]
+    with pytest.raises(ValueError, match="unknown race target 'mars'"):
+        rc.race_target(studio, sw, "mars")
+
+    job = RecordingJob("race")
+    cfg = rc.race_config(studio, sw, 1, 2, 2)
+    race_ref: list[weakref.ref] = []
+    real_create = rc.Race.create
+    rc.Race.create = lambda *a, **k: (lambda r: (race_ref.append(weakref.ref(r)), r)[1])(real_create(*a, **k))
+    try:
+        rows = rc.run_race_job(studio, job, run_id="sw-trap", cfg=cfg, iterations=1)
+    finally:
+        rc.Race.create = real_create
+    messages = job.messages
+    counts = [{a: len(r) for a, r in d["rows"].items()} for d in job.seen if "rows" in d]
+    assert {"EMPO2": 1, "GRPO": 0} in counts  # EMPO²'s row before GRPO has finished
+    assert counts[-1] == {"EMPO2": 1, "GRPO": 1} and set(rows) == {"EMPO2", "GRPO"}
+    assert "sw-trap-race-grpo" in job.message and any("elapsed" in m for m in messages)
+    gc.collect()
+    assert race_ref and race_ref[0]() is None  # nothing of the race (trainers, optimizers, stores) outlives the job
+    assert studio.store("sw-trap-race-grpo").count() == 0  # the GRPO arm wrote no tips
+
+
+def test_a_stage_leaves_no_episode_in_memory(studio):
+    from empo2_studio.types import Episode
+
+    task = "trap-water-plant"
+    settings = ls.settings_from_form(task, ["2"], 2, 1)
+    run_id = ls.lesson_session(studio, task).dir.name
+
+    def alive() -> int:
+        gc.collect()
+        return sum(1 for o in gc.get_objects() if isinstance(o, Episode))
+
+    counts = []
+    for _ in range(2):
+        ls.run_lesson_job(studio, RecordingJob("lesson"), run_id=run_id, settings=settings, stage="naive_again", tips={})
+        counts.append(alive())
+    assert counts[1] == counts[0]  # the second run keeps nothing more than the first

@@ -161,3 +161,43 @@ def test_distill_needs_memory_episodes_and_settings_are_checked(trainer):
                          session=SimpleNamespace(run_id="studio"))
     with pytest.raises(ValueError, match="--env trap"):
         Lesson(sw, settings())
+
+
+def test_rows_appear_as_they_are_computed(trainer):
+    lesson = Lesson(trainer, settings(distill_steps=3))
+    partial: list[tuple[str, int, int, int]] = []  # stage, rows, steps, lesson metrics rows recorded so far
+
+    def on_partial(result):
+        assert result.running
+        recorded = len([r for r in trainer.session.metrics() if r.get("kind") == "lesson"])
+        partial.append((result.stage, len(result.rows), len(result.steps), recorded))
+
+    results = lesson.run_all(on_partial=on_partial)
+    assert [r.stage for r in results] == list(STAGES) and not any(r.running for r in results)
+    assert partial == [
+        ("naive", 1, 0, 0), ("naive", 2, 0, 0),  # variation 0's row before variation 1 is played
+        ("memory", 1, 0, 2), ("memory", 2, 0, 2),
+        ("distill", 0, 1, 3), ("distill", 0, 2, 3), ("distill", 0, 3, 3),  # each step before the stage ends
+        ("naive_again", 1, 0, 4), ("naive_again", 2, 0, 4),
+    ]
+    distill = results[3]
+    assert all(s["seconds"] > 0 for s in distill.steps)
+    row = [r for r in trainer.session.metrics() if r.get("lesson/stage") == "distill"][-1]
+    assert row["time/distill_step"] == pytest.approx(distill.seconds / 3) and "seconds" not in row
+    assert row["lesson/step2/seconds"] == distill.steps[1]["seconds"]
+    naive_row = [r for r in trainer.session.metrics() if r.get("lesson/stage") == "naive"][-1]
+    assert naive_row["time/episode"] == pytest.approx(results[0].seconds / 4)
+    assert lesson.rates == {"episode": pytest.approx(results[-1].seconds / 4),
+                            "memory_episode": pytest.approx(results[2].seconds / 4),
+                            "distill_episode": pytest.approx(distill.seconds / 3 / 4)}
+    with pytest.raises(ValueError, match="unknown lesson stage 'warmup'"):
+        lesson.run_stage("warmup")
+
+
+def test_stage_messages_carry_elapsed_and_expected_time(trainer):
+    messages: list[str] = []
+    Lesson(trainer, settings(), rates={}).naive(progress=lambda f, m: messages.append(m))
+    assert "elapsed · about" in messages[0] and "(rough estimate)" in messages[0]  # nothing measured yet
+    later = [m for m in messages if "of variation 1" in m]
+    assert later and all("(measured " in m and " s each)" in m for m in later)  # variation 0 measured it
+    assert "left" not in messages[-1] and "elapsed" in messages[-1]  # done: nothing left to expect

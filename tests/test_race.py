@@ -77,3 +77,42 @@ def test_stop_after_the_current_iteration(tmp_path, tiny_policy):
     assert race.run(5, stop=stop, on_iteration=lambda k, r: stop.set()) == 1
     assert race.iteration == 1 and all(len(r) == 1 for r in race.rows.values())
     race.close()
+
+
+def test_the_grpo_arm_writes_no_tips_and_never_reflects(tmp_path, tiny_policy, monkeypatch):
+    from empo2_studio.memory import reflection
+    from empo2_studio.race import reads_tips
+
+    calls: list[int] = []
+    real = reflection.write_tips
+    monkeypatch.setattr(reflection, "write_tips", lambda policy, episodes, *a, **k: (calls.append(len(episodes)), real(policy, episodes, *a, **k))[1])
+    race = Race.create(tmp_path, race_cfg(), policy=tiny_policy, embedder=make_embedder("hash"), run_id="g", arms=("GRPO",))
+    grpo = race.trainers["GRPO"]
+    tips_before = grpo.store.count()
+    assert not reads_tips(grpo.cfg) and grpo.write_tips is False
+    race.run(1)
+    assert calls == [] and grpo.store.count() == tips_before == 0
+    assert race.rows["GRPO"][0]["memory/tips_written"] == 0.0 and arm_rows_summary(race.rows)[0][5] == 0
+    assert tiny_policy.sampler.states == {}  # no KV cache kept for a reflection that never comes
+    race.close()
+
+    # the EMPO² arm (p_memory 0.5) reads tips, so it writes them: one reflection call per group of 3
+    assert reads_tips(race_cfg()) and reads_tips(arm_config(race_cfg(), "GRPO").with_overrides(rollout={"forced_mode": "off-policy"}))
+    empo2 = Race.create(tmp_path, race_cfg(), policy=tiny_policy, embedder=make_embedder("hash"), run_id="e", arms=("EMPO2",))
+    empo2.run(1)
+    assert calls == [3] and empo2.trainers["EMPO2"].write_tips is True
+    empo2.close()
+
+
+def test_each_arm_reports_its_row_as_soon_as_it_finishes(tmp_path, tiny_policy):
+    race = Race.create(tmp_path, race_cfg(), policy=tiny_policy, embedder=make_embedder("hash"), run_id="r")
+    seen: list[tuple[str, int, dict[str, int]]] = []
+    race.run(2, on_arm=lambda arm, report: seen.append((arm, report.iteration, {a: len(r) for a, r in race.rows.items()})))
+    race.close()
+    assert seen == [
+        ("EMPO2", 1, {"EMPO2": 1, "GRPO": 0}), ("GRPO", 1, {"EMPO2": 1, "GRPO": 1}),
+        ("EMPO2", 2, {"EMPO2": 2, "GRPO": 1}), ("GRPO", 2, {"EMPO2": 2, "GRPO": 2}),
+    ]
+    table = arm_rows_summary(race.rows)
+    assert [row[:2] for row in table] == [[1, "EMPO²"], [1, "GRPO"], [2, "EMPO²"], [2, "GRPO"]]
+    assert all(row[3].endswith("%") and 0 <= int(row[3][:-1]) <= 100 for row in table)  # success in %

@@ -35,6 +35,7 @@ ENDPOINTS = ("sessions", "session_info", "run_pair", "job", "stop_job", "play_le
 
 Split = Literal["train", "dev", "test"]
 LessonStage = Literal["all", "naive", "tips", "memory", "distill", "naive_again"]
+RaceTarget = Literal["auto", "open", "trap"]  # race_tab.TARGETS
 POLL_S = 0.1
 
 
@@ -146,10 +147,12 @@ def register(studio: Studio) -> None:
         job_id = adapt_tab.start_adapt(studio, run_id, checkpoint, task, trials)[0]
         return {"job": job_json(_await(studio, job_id, wait, timeout_s))}
 
-    def race(run_id: str, iterations: int = 1, group_size: int = 2, step_limit: int = 4, wait: bool = True,
-             timeout_s: float = 3600.0) -> dict[str, Any]:  # fmt: skip
-        """EMPO² vs GRPO from the same untrained weights; returns the job and, once done, each arm's rows."""
-        job_id = rc.start_race(studio, run_id, iterations, group_size, step_limit)[0]
+    def race(run_id: str, iterations: int = 1, group_size: int = 2, step_limit: int = 4, target: RaceTarget = "auto",
+             wait: bool = True, timeout_s: float = 3600.0) -> dict[str, Any]:  # fmt: skip
+        """EMPO² vs GRPO from the same starting weights; `target` "auto" races a trap session itself and a
+        ScienceWorld session's trap copy ("open": the open session whatever its env, "trap": the trap
+        copy). Returns the job and, once done, each arm's rows."""
+        job_id = rc.start_race(studio, run_id, iterations, group_size, step_limit, target)[0]
         return {"job": job_json(_await(studio, job_id, wait, timeout_s))}
 
     @user_errors

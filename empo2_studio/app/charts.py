@@ -1,7 +1,9 @@
 """Plotly figures of the studio: episode scores, training metrics, adaptation trials, run comparison.
 
 Pure functions from plain lists/dicts to `plotly.graph_objects.Figure`; no Gradio, no model.
-Scores are on the −100 … 100 scale.
+Scores are on the −100 … 100 scale, success rates in % on every chart. Each side / mode / arm has its
+own colour, marker and dash, so coinciding lines stay visible; axes of iterations, steps and trials
+tick at whole numbers; a chart with nothing to draw says "no data yet".
 """
 
 from __future__ import annotations
@@ -12,8 +14,20 @@ import plotly.graph_objects as go
 
 from empo2_studio.types import UPDATE_MODES
 
+# One style per side / mode / arm: a colour, a marker and a dash, so lines that coincide stay
+# distinguishable (an open marker drawn larger around a filled one) and a grey-scale print still reads.
 SIDE_COLOURS = {"naive": "#6b7280", "memory": "#2563eb"}
+SIDE_MARKERS = {"naive": ("circle", 9, "dash"), "memory": ("square-open", 13, "solid")}
 MODE_COLOURS = {"on-policy": "#6b7280", "on-policy-with-tips": "#16a34a", "off-policy": "#2563eb"}
+MODE_MARKERS = {"on-policy": "circle", "on-policy-with-tips": "diamond", "off-policy": "square"}
+LINE_MARKERS = ("circle", "square-open", "diamond", "triangle-up-open", "x", "star-open")
+"""Markers for charts with one line per key / run, in order."""
+LINE_DASHES = ("solid", "dash", "dot", "dashdot")
+EMPTY_TEXT = "no data yet"
+SCORE_AXIS = {"range": [-105, 105], "tick0": -100, "dtick": 50}
+"""Every score axis: the env's whole −100 … 100 scale, so a flat line does not zoom into 24.5 … 25.5."""
+INTEGER_TICKS_UP_TO = 30
+"""Axes of iterations, steps or trials get a tick at every whole number up to this span."""
 
 # The training panels: title -> metric-key predicates. Keys follow the trainer's namespaced metrics
 # (rollout/…, loss/…, ratio/…, mask/…, memory/…); a panel plots every key it matches.
@@ -38,17 +52,39 @@ def _layout(fig: go.Figure, title: str, x_title: str, y_title: str, *, height: i
     return fig
 
 
+def _points(fig: go.Figure) -> list[float]:
+    return [x for trace in fig.data for x in (trace.x or ()) if isinstance(x, (int, float))]
+
+
+def _finish(fig: go.Figure, *, integer_x: bool = True) -> go.Figure:
+    """A chart without a single point says "no data yet" over blank axes; otherwise an axis of
+    iterations / steps / trials (`integer_x`) ticks at whole numbers only."""
+    xs = _points(fig)
+    if not xs and not any(len(getattr(t, "y", None) or ()) for t in fig.data):
+        fig.add_annotation(text=EMPTY_TEXT, showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5,
+                           font={"size": 16, "color": "#6b7280"})  # fmt: skip
+        fig.update_xaxes(showticklabels=False, showgrid=False, zeroline=False)
+        fig.update_yaxes(showticklabels=False, showgrid=False, zeroline=False)
+    elif integer_x and xs:
+        if max(xs) - min(xs) <= INTEGER_TICKS_UP_TO:
+            fig.update_xaxes(tick0=round(min(xs)), dtick=1)
+        else:
+            fig.update_xaxes(tickformat="d")
+    return fig
+
+
 def episode_scores_figure(scores: Mapping[str, Sequence[float]]) -> go.Figure:
     """Running score after each step, one line per side ("naive", "memory"); x = step (1-based)."""
     fig = go.Figure()
     for side, ys in scores.items():
+        symbol, size, dash = SIDE_MARKERS.get(side, ("circle", 9, "solid"))
         fig.add_trace(
             go.Scatter(
                 x=list(range(1, len(ys) + 1)), y=list(ys), mode="lines+markers", name=side,
-                line={"color": SIDE_COLOURS.get(side), "dash": "dash" if side == "naive" else "solid"},
+                line={"color": SIDE_COLOURS.get(side), "dash": dash}, marker={"symbol": symbol, "size": size},
             )
-        )
-    return _layout(fig, "Running score", "step", "score")
+        )  # fmt: skip
+    return _finish(_layout(fig, "Running score", "step", "score (−100…100)").update_yaxes(**SCORE_AXIS))
 
 
 def _is_number(v: object) -> bool:
@@ -73,10 +109,12 @@ def _x(row: Mapping[str, object], i: int) -> float:
 def metrics_figure(rows: Sequence[Mapping[str, object]], keys: Sequence[str], title: str) -> go.Figure:
     """One line per key against the row's "iteration" (rows missing a key leave a gap)."""
     fig = go.Figure()
-    for key in keys:
+    for k, key in enumerate(keys):
         pts = [(_x(r, i), float(r[key])) for i, r in enumerate(rows) if _is_number(r.get(key))]
-        fig.add_trace(go.Scatter(x=[p[0] for p in pts], y=[p[1] for p in pts], mode="lines+markers", name=key))
-    return _layout(fig, title, "iteration", "")
+        fig.add_trace(go.Scatter(x=[p[0] for p in pts], y=[p[1] for p in pts], mode="lines+markers", name=key,
+                                 marker={"symbol": LINE_MARKERS[k % len(LINE_MARKERS)], "size": 9},
+                                 line={"dash": LINE_DASHES[k % len(LINE_DASHES)]}))  # fmt: skip
+    return _finish(_layout(fig, title, "iteration", ""))
 
 
 MODE_NAMES = UPDATE_MODES
@@ -101,10 +139,11 @@ def score_by_mode_figure(rows: Sequence[Mapping[str, object]], score_key: str = 
         fig.add_trace(
             go.Scatter(
                 x=[p[0] for p in pts], y=[p[1] for p in pts], mode="markers+lines", name=mode,
-                marker={"color": MODE_COLOURS.get(mode), "size": 9}, line={"dash": "dot"},
+                marker={"color": MODE_COLOURS.get(mode), "size": 10, "symbol": MODE_MARKERS.get(mode, "x")},
+                line={"dash": "dot", "color": MODE_COLOURS.get(mode)},
             )
-        )
-    return _layout(fig, "Score by update mode", "iteration", "score")
+        )  # fmt: skip
+    return _finish(_layout(fig, "Score by update mode", "iteration", "score (−100…100)").update_yaxes(**SCORE_AXIS))
 
 
 def train_figures(rows: Sequence[Mapping[str, object]], score_key: str = "rollout/score_mean") -> list[go.Figure]:
@@ -123,27 +162,31 @@ def adapt_figure(trials: Sequence[Mapping[str, float]], score_key: str = "adapt/
     xs = list(range(len(trials)))
     ys = [float(t.get(score_key, 0.0)) for t in trials]
     fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines+markers", name="with memory",
-                             line={"color": SIDE_COLOURS["memory"]}))
+                             line={"color": SIDE_COLOURS["memory"]}, marker={"symbol": "square-open", "size": 11}))
     if ys:
         fig.add_trace(go.Scatter(x=[0, max(xs[-1], 1)], y=[ys[0], ys[0]], mode="lines",
                                  name="trial 0 (no memory)", line={"color": SIDE_COLOURS["naive"], "dash": "dash"}))
-    return _layout(fig, "Adaptation: score per trial", "trial", "score")
+    return _finish(_layout(fig, "Adaptation: score per trial", "trial", "score (−100…100)").update_yaxes(**SCORE_AXIS))
 
 
 def compare_runs_figure(runs: Mapping[str, Sequence[Mapping[str, object]]], key: str) -> go.Figure:
     """One line per run of metric `key` against iteration."""
     fig = go.Figure()
-    for run_id, rows in runs.items():
+    for k, (run_id, rows) in enumerate(runs.items()):
         pts = [(_x(r, i), float(r[key])) for i, r in enumerate(rows) if _is_number(r.get(key))]
-        fig.add_trace(go.Scatter(x=[p[0] for p in pts], y=[p[1] for p in pts], mode="lines+markers", name=run_id))
-    return _layout(fig, f"Compare runs: {key}", "iteration", key)
+        fig.add_trace(go.Scatter(x=[p[0] for p in pts], y=[p[1] for p in pts], mode="lines+markers", name=run_id,
+                                 marker={"symbol": LINE_MARKERS[k % len(LINE_MARKERS)], "size": 9},
+                                 line={"dash": LINE_DASHES[k % len(LINE_DASHES)]}))  # fmt: skip
+    return _finish(_layout(fig, f"Compare runs: {key}", "iteration", key))
 
 
 LESSON_COLOURS = {"naive": "#9ca3af", "memory": "#2563eb", "naive_again": "#16a34a"}
+PERCENT_AXIS = {"range": [-5, 115], "ticksuffix": "%", "tick0": 0, "dtick": 25}
+"""Every success-rate axis of the studio: percent, 0 … 100 with room for labels above the bars."""
 
 
 def lesson_figure(stages: Sequence[Mapping[str, object]]) -> go.Figure:
-    """The Lesson's story in one chart: success rate per playing stage (bars, in stage order).
+    """The Lesson's story in one chart: success rate (%) per playing stage (bars, in stage order).
 
     Each item: "stage" (naive / memory / naive_again), "title" (x label), "success_rate" (0 … 1),
     "successes", "episodes", "mean_score". Stages not played yet are left out."""
@@ -155,30 +198,37 @@ def lesson_figure(stages: Sequence[Mapping[str, object]]) -> go.Figure:
         x=xs, y=ys, text=labels, textposition="outside", name="success rate",
         marker={"color": [LESSON_COLOURS.get(str(s["stage"]), "#6b7280") for s in stages]},
     ))  # fmt: skip
-    fig = _layout(fig, "Lesson: success rate per stage", "", "success rate (%)", height=320)
-    fig.update_yaxes(range=[0, 115])
+    fig = _layout(fig, "Lesson: success rate per stage", "stage", "success rate (%)", height=320)
+    fig.update_yaxes(**PERCENT_AXIS)
     fig.update_layout(showlegend=False)
-    return fig
+    return _finish(fig, integer_x=False)
 
 
 RACE_COLOURS = {"EMPO2": "#dc2626", "GRPO": "#2563eb"}
+RACE_MARKERS = {"EMPO2": ("circle", 8, "solid"), "GRPO": ("square-open", 14, "dash")}
+"""Per arm: marker symbol, size, dash. GRPO's open square is drawn larger around EMPO²'s dot, so
+both arms stay visible when their lines coincide."""
 
 
 def race_figure(rows: Mapping[str, Sequence[Mapping[str, object]]], labels: Mapping[str, str] | None = None) -> go.Figure:
-    """The race: success rate (left) and mean score (right) per iteration, one colour per arm."""
+    """The race: success rate in % (left) and mean score (right) per iteration, one style per arm.
+
+    The panels are named by their y-axis titles (no subplot titles to collide with the chart title)."""
     from plotly.subplots import make_subplots
 
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("success rate", "mean score"), horizontal_spacing=0.1)
+    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.12)
     for arm, arm_rows in rows.items():
         name = (labels or {}).get(arm, arm)
-        for col, key in ((1, "rollout/success_rate"), (2, "rollout/score_mean")):
-            pts = [(_x(r, i), float(r[key])) for i, r in enumerate(arm_rows) if _is_number(r.get(key))]
+        symbol, size, dash = RACE_MARKERS.get(arm, ("diamond", 10, "dot"))
+        for col, key, scale in ((1, "rollout/success_rate", 100.0), (2, "rollout/score_mean", 1.0)):
+            pts = [(_x(r, i), scale * float(r[key])) for i, r in enumerate(arm_rows) if _is_number(r.get(key))]
             fig.add_trace(go.Scatter(
                 x=[p[0] for p in pts], y=[p[1] for p in pts], mode="lines+markers", name=name, legendgroup=arm,
-                showlegend=col == 1, line={"color": RACE_COLOURS.get(arm)},
+                showlegend=col == 1, line={"color": RACE_COLOURS.get(arm), "dash": dash},
+                marker={"symbol": symbol, "size": size, "line": {"width": 2, "color": RACE_COLOURS.get(arm)}},
             ), row=1, col=col)  # fmt: skip
     fig = _layout(fig, "EMPO² vs GRPO: training rollouts per iteration", "", "", height=340)
-    fig.update_xaxes(title_text="iteration", dtick=1)
-    fig.update_yaxes(range=[-0.05, 1.05], row=1, col=1)
-    fig.update_yaxes(range=[-105, 105], row=1, col=2)
-    return fig
+    fig.update_xaxes(title_text="iteration")
+    fig.update_yaxes(title_text="success rate (%)", row=1, col=1, **PERCENT_AXIS)
+    fig.update_yaxes(title_text="mean score (−100…100)", row=1, col=2, **SCORE_AXIS)
+    return _finish(fig)

@@ -15,6 +15,7 @@ the stage buttons continue the current one. Jobs run in the studio's worker thre
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import replace
 from functools import partial
 from typing import Any, Sequence
@@ -28,15 +29,17 @@ from empo2_studio.app.job_panel import JobPanel
 from empo2_studio.app.jobs import Job
 from empo2_studio.config import EnvConfig, RunConfig
 from empo2_studio.lesson import (
-    PLAY_STAGES, STAGE_TITLES, STAGES, TRAP_TASKS, Lesson, LessonSettings, StageResult, curated_tip,
-    results_from_metrics,
+    PLAY_STAGES, STAGE_TITLES, STAGES, TRAP_TASKS, Lesson, LessonSettings, StageResult, curated_tip, lesson_seconds,
+    minutes_text, rates_from_metrics, rates_note, results_from_metrics,
 )  # fmt: skip
 
 MAX_TIP_BOXES = 4
 """At most this many variations per lesson (one editable tip box each)."""
 TRAIN_VARIATIONS = tuple(range(24))
 TABLE_HEADERS = ["variation", "episodes", "successes", "success rate", "mean score"]
-DISTILL_HEADERS = ["step", "loss/policy", "no signal", "grad norm"]
+DISTILL_HEADERS = ["step", "loss/policy", "no signal", "grad norm", "seconds"]
+TABLE_MAX_HEIGHT = 480
+"""Pixels: room for a header and 10 rows, so 5 variations + "all" or 5 distill steps are never cut."""
 JOB_KIND = "lesson"
 LESSON_LEARNING_RATE = 2e-3
 """The lesson's LoRA learning rate for Distill now. Measured with the shipped warm start on 16 memory
@@ -163,44 +166,53 @@ def start_lesson(
     return jp.started(job, run_id, session_markdown(studio, run_id))
 
 
+def measured_rates(studio: Any) -> dict[str, float]:
+    """Seconds per unit measured by this machine's lessons (`lesson.timing.rates_from_metrics` over
+    every lesson session of the studio, oldest first, so the newest measurement wins)."""
+    rows: list[dict] = []
+    sessions = [run_id for task in TRAP_TASKS for _, run_id in _lesson_ids(studio, task)]
+    for run_id in sorted(sessions, key=lambda r: (studio.root / r / "metrics.jsonl").stat().st_mtime
+                         if (studio.root / r / "metrics.jsonl").is_file() else 0.0):  # fmt: skip
+        rows += [r for r in studio.session(run_id).metrics() if r.get("kind") == "lesson"]
+    return rates_from_metrics(rows)
+
+
 def run_lesson_job(
     studio: Any, job: Job, *, run_id: str, settings: LessonSettings, stage: str, tips: dict[int, str]
 ) -> list[dict]:
-    """Job body: the lesson (or one stage) on the session's trainer; each finished stage goes to
-    `job.data["results"]` (stage → StageResult dict), the current stage to `job.data["stage"]`."""
+    """Job body: the lesson (or one stage) on the session's trainer. `job.data["results"]` holds
+    stage → StageResult dict: each finished stage, and the running stage's rows so far (each
+    variation's row, each distill step, as soon as it is computed; `running` True)."""
     job.update(message="preparing the trainer")
-    trainer = studio.trainer(run_id)
-    lesson = Lesson(trainer, settings)
+    t0 = time.perf_counter()
+    lesson = Lesson(studio.trainer(run_id), settings, rates=measured_rates(studio))
     results: list[StageResult] = []
 
-    def on_stage(result: StageResult) -> None:
-        results.append(result)
+    def show(result: StageResult) -> None:
         done = dict(job.snapshot().get("results", {}))
         done[result.stage] = result.to_dict()
         job.update(results=done)
+
+    def on_stage(result: StageResult) -> None:
+        results.append(result)
+        show(result)
 
     def progress(fraction: float, message: str) -> None:
         job.update(progress=fraction, message=message)
 
     if stage == "all":
-        lesson.run_all(tips, stop=job.stop_event, progress=progress, on_stage=on_stage)
+        lesson.run_all(tips, stop=job.stop_event, progress=progress, on_stage=on_stage, on_partial=show)
     else:
         job.update(stage=stage)
 
         def staged(fraction: float, message: str) -> None:
             progress(fraction, f"{STAGE_TITLES[stage]}: {message}")
 
-        run = {
-            "naive": lambda: lesson.naive(job.stop_event, staged),
-            "tips": lambda: lesson.add_tips(tips),
-            "memory": lambda: lesson.memory(job.stop_event, staged),
-            "distill": lambda: lesson.distill(job.stop_event, staged),
-            "naive_again": lambda: lesson.naive_again(job.stop_event, staged),
-        }[stage]
-        on_stage(run())
+        on_stage(lesson.run_stage(stage, tips, stop=job.stop_event, progress=staged, on_partial=show))
     last = results[-1] if results else None
     summary = " · ".join(_stage_summary(r) for r in results) or "nothing played"
-    job.update(progress=1.0 if last is not None else job.progress, message=f"{run_id}: {summary}")
+    took = minutes_text(time.perf_counter() - t0)
+    job.update(progress=1.0 if last is not None else job.progress, message=f"{run_id}: {summary} · {took} in all")
     return [r.to_dict() for r in results]
 
 
@@ -214,20 +226,28 @@ def _stage_summary(result: StageResult) -> str:
     return f"{title} ({len(result.tips)} stored)"
 
 
+def stage_table(result: StageResult | None) -> list[list[Any]]:
+    """A stage's table rows as plain JSON values: per variation [variation, episodes, successes,
+    success rate "50%", mean score] (and an "all" row for several variations) for a playing stage;
+    per step [step, loss/policy, no signal "yes"/"no", grad norm, seconds] for the distill stage."""
+    if result is None:
+        return []
+    if result.stage == "distill":
+        return [[int(s.get("step", 0)), round(s.get("loss/policy", 0.0), 5), "yes" if s.get("train/no_signal") else "no",
+                 round(s.get("grad/norm", 0.0), 4), round(s["seconds"], 1) if "seconds" in s else ""]
+                for s in result.steps]  # fmt: skip
+    rows: list[list[Any]] = [[x.variation, x.episodes, x.successes, f"{x.success_rate:.0%}", round(x.mean_score, 1)]
+                             for x in result.rows]  # fmt: skip
+    if len(result.rows) > 1:
+        rows.append(["all", result.episodes, sum(x.successes for x in result.rows), f"{result.success_rate:.0%}",
+                     round(result.mean_score, 1)])  # fmt: skip
+    return rows
+
+
 def lesson_view(results: dict[str, StageResult]) -> tuple[Any, ...]:
     """(naive table, memory table, naive-again table, distill table, chart) of the stages played."""
-    tables = []
-    for stage in PLAY_STAGES:
-        r = results.get(stage)
-        rows = [[x.variation, x.episodes, x.successes, f"{x.success_rate:.0%}", round(x.mean_score, 1)]
-                for x in (r.rows if r else ())]  # fmt: skip
-        if r is not None and len(r.rows) > 1:
-            rows.append(["all", r.episodes, sum(x.successes for x in r.rows), f"{r.success_rate:.0%}", round(r.mean_score, 1)])
-        tables.append(gr.Dataframe(value=rows, headers=TABLE_HEADERS))
-    d = results.get("distill")
-    steps = [[int(s.get("step", 0)), round(s.get("loss/policy", 0.0), 5), "yes" if s.get("train/no_signal") else "no",
-              round(s.get("grad/norm", 0.0), 4)] for s in (d.steps if d else ())]  # fmt: skip
-    tables.append(gr.Dataframe(value=steps, headers=DISTILL_HEADERS))
+    tables = [gr.Dataframe(value=stage_table(results.get(stage)), headers=TABLE_HEADERS) for stage in PLAY_STAGES]
+    tables.append(gr.Dataframe(value=stage_table(results.get("distill")), headers=DISTILL_HEADERS))
     bars = [{"stage": s, "title": STAGE_TITLES[s], "success_rate": results[s].success_rate, "successes":
              sum(x.successes for x in results[s].rows), "episodes": results[s].episodes,
              "mean_score": results[s].mean_score} for s in PLAY_STAGES if s in results]  # fmt: skip
@@ -264,11 +284,21 @@ def _saved_results(studio: Any, job: Job) -> dict[str, StageResult]:
 
 
 def session_markdown(studio: Any, run_id: str) -> str:
+    """The lesson session line, and the time the default lesson is expected to take here."""
     exists = (studio.root / run_id / "config.json").is_file()
     where = f"`{run_id}`" if exists else f"`{run_id}` (created when the lesson starts)"
     ckpt = studio.session(run_id).latest_checkpoint() if exists else None
     weights = f"distilled weights of iteration {ckpt[0]}" if ckpt else "untrained weights"
-    return f"**Lesson session** {where} · trap env · {weights}"
+    return f"**Lesson session** {where} · trap env · {weights}\n\n{time_hint(measured_rates(studio))}"
+
+
+def time_hint(rates: dict[str, float]) -> str:
+    """How long the default lesson takes on this machine, and where that figure comes from."""
+    d = LessonSettings()
+    seconds = lesson_seconds(len(d.variations), d.episodes, d.distill_steps, rates)
+    return (f"**Expected time** of the default lesson ({len(d.variations)} variations, {d.episodes} episodes each, "
+            f"{d.distill_steps} distill steps): {minutes_text(seconds)}, from {rates_note(rates)}. "
+            "Each stage shows its elapsed and expected time while it runs.")  # fmt: skip
 
 
 @user_errors
@@ -293,8 +323,7 @@ INTRO = (
     "tips you store here are the only memory. The lesson runs on its own trap session "
     "(`lesson-<task>`), whatever session this page has open (also a ScienceWorld one); "
     "*Play the lesson* starts from untrained weights in a new lesson session when the current one has "
-    "already played. On a 2-core CPU with the embedded model the default lesson (2 variations, "
-    "8 episodes each, 5 distill steps) takes about 3 minutes."
+    "already played. Rows appear as they are computed: each variation's, each distill step's."
 )
 
 
@@ -327,7 +356,7 @@ def build_lesson_tab(studio: Any) -> dict[str, Any]:
             for stage in ("naive", "memory", "distill", "naive_again"):  # in stage order on the page
                 shown[stage] = gr.Dataframe(
                     headers=DISTILL_HEADERS if stage == "distill" else TABLE_HEADERS, value=[],
-                    label=STAGE_TITLES[stage], interactive=False, elem_id=f"ls-table-{stage}", max_height=220,
+                    label=STAGE_TITLES[stage], interactive=False, elem_id=f"ls-table-{stage}", max_height=TABLE_MAX_HEIGHT,
                 )  # fmt: skip
             tables = [shown[stage] for stage in (*PLAY_STAGES, "distill")]  # the order `lesson_view` returns
     lesson_rid = gr.State(None)

@@ -24,7 +24,8 @@ def test_play_the_lesson(page, studio_url, artifacts):
     page.locator("#ls-variations .token", has_text=re.compile(r"^\s*1\s*$")).locator(".token-remove").click()
     page.locator("#ls-tip-1").wait_for(state="hidden")
     page.locator("#ls-episodes input").fill("2")
-    page.locator("#ls-distill-steps input").fill("1")
+    page.locator("#ls-distill-steps input").fill("5")
+    assert "Expected time" in page.locator("#ls-session").inner_text()
     tip = page.locator("#ls-tip-0 textarea")
     tip.fill("EDITED: " + tip.input_value())
     page.locator("#ls-play").click()
@@ -40,6 +41,15 @@ def test_play_the_lesson(page, studio_url, artifacts):
     page.locator("#ls-chart .barlayer .point").first.wait_for(timeout=30_000)
     assert page.locator("#ls-chart .barlayer .point").count() == 3
     assert "lesson-trap-light-bulb" in page.locator("#ls-session").inner_text()
+    # every distill step shows, the fifth not clipped: the table needs no scrolling
+    page.locator("#ls-table-distill").get_by_text(re.compile(r"^5$")).last.wait_for(timeout=30_000)
+    page.wait_for_timeout(500)
+    clipped = page.evaluate("""() => [...document.querySelectorAll('#ls-table-distill *')]
+        .filter(e => e.scrollHeight > e.clientHeight + 2 && getComputedStyle(e).overflowY.match(/auto|scroll/))
+        .map(e => e.className)""")
+    assert clipped == []
+    assert "measured on this machine" in page.locator("#ls-session").inner_text()
+    assert "%" in page.locator("#ls-chart .ytick text").first.text_content()
     page.screenshot(path=str(artifacts / "tab-lesson.png"), full_page=True)
 
 
@@ -48,6 +58,10 @@ def test_race_draws_both_arms(page, studio_url, artifacts):
     page.goto(studio_url)
     page.get_by_role("tab", name="Race (EMPO² vs GRPO)").click()
     page.wait_for_function("document.querySelector('#rc-group input').value === '2'")
+    empty_note = page.locator("#rc-chart text.annotation-text").first
+    empty_note.wait_for(timeout=30_000)
+    assert empty_note.text_content() == "no data yet"  # an empty chart says so
+    assert page.locator("#rc-target input:checked").input_value() == "open"  # a trap session races itself
     page.locator("#rc-iterations input").fill("2")
     page.locator("#rc-step-limit input").fill("2")
     page.locator("#rc-start").click()
@@ -56,5 +70,9 @@ def test_race_draws_both_arms(page, studio_url, artifacts):
         page.locator("#rc-chart .scatterlayer .trace").first.wait_for(timeout=30_000)
         assert page.locator("#rc-chart .scatterlayer .trace").count() == 4  # 2 arms × (success, score)
         page.locator("#rc-table").get_by_text("GRPO").last.wait_for(timeout=30_000)
+        assert page.locator("#rc-chart .scatterlayer .trace .point").count() == 8  # a marker per arm, iteration, panel
+        assert page.locator("#rc-chart text.annotation-text").count() == 0
+        assert page.locator("#rc-chart .ytick text").first.text_content().endswith("%")
+        assert "elapsed" in page.locator("#rc-status").inner_text() or "iteration(s) per arm in" in page.locator("#rc-status").inner_text()
     finally:
         page.screenshot(path=str(artifacts / "tab-race.png"), full_page=True)
