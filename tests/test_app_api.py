@@ -115,3 +115,23 @@ def test_repeated_pairs_do_not_grow_the_studio(served):
         gc.collect()
         rss.append(psutil.Process().memory_info().rss / 2**30)
     assert rss[4] - rss[1] < 0.3, [f"{r:.3f} GiB" for r in rss]
+
+
+def test_launch_imports_the_shared_modules_before_the_model_thread_starts(monkeypatch, tmp_path, studio_cfg):
+    """The page and the model thread both import narwhals lazily; two threads importing it at once
+    deadlock (the studio died at start), so launch imports it on the main thread before the thread."""
+    import sys
+
+    from empo2_studio import app as app_pkg
+    from empo2_studio.app.studio import Studio
+
+    calls: list[str] = []
+    real_import = app_pkg.import_shared_modules
+    monkeypatch.setattr(app_pkg, "import_shared_modules", lambda: (real_import(), calls.append("import")))
+    monkeypatch.setattr(Studio, "prepare_model",
+                        lambda self: calls.append("prepare" if all(m in sys.modules for m in app_pkg.SHARED_MODULES) else "?"))
+    demo, studio = app_pkg.launch(port=_free_port(), sessions_dir=tmp_path, env="trap", policy="tiny", embedder="hash",
+                                  config=studio_cfg, block=False, quiet=True)  # fmt: skip
+    demo.close()
+    studio.close()
+    assert calls == ["import", "prepare"]

@@ -38,6 +38,25 @@ def app_css() -> str:
     return CSS + extra
 
 
+SHARED_MODULES = ("narwhals.stable.v1", "narwhals.stable.v2", "plotly.graph_objects")
+"""Modules both the page (plotly → narwhals.stable.v1) and the model preparation thread
+(sentence-transformers → scikit-learn → narwhals.stable.v2) import lazily."""
+
+
+def import_shared_modules() -> None:
+    """Import `SHARED_MODULES` on the main thread before the model preparation thread starts: two
+    threads importing narwhals' submodules at once deadlock in Python's import lock
+    (`_DeadlockError: deadlock detected by _ModuleLock('narwhals.stable.v2')`), which killed the studio
+    at start."""
+    import importlib
+
+    for name in SHARED_MODULES:
+        try:
+            importlib.import_module(name)
+        except ImportError:  # an older plotly without narwhals: nothing to share
+            pass
+
+
 def launch(
     host: str = "127.0.0.1",
     port: int = 7860,
@@ -68,8 +87,9 @@ def launch(
 
     studio = Studio(sessions_dir or default_sessions_root(), env=env, policy=policy, embedder=embedder, run_id=run_id,
                     config=config)
-    studio.prepare_model()
+    import_shared_modules()
     demo = build_app(studio)
+    studio.prepare_model()
     demo.queue(default_concurrency_limit=4)
     demo.launch(
         server_name=host, server_port=port or None, share=share, prevent_thread_lock=True, quiet=quiet,
