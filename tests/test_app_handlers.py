@@ -484,6 +484,39 @@ def test_a_pair_never_plays_another_env_than_its_sessions(studio):
         et.start_side_by_side(studio, RUN, "trap", TASK, 24, "train", 0, 0.4, "current")
 
 
+def test_a_fractional_or_non_numeric_variation_is_refused_not_rounded(studio):
+    """1.5 was played as variation 1; "abc" got Python's int() message. Both are refused with one line
+    naming the value and the split's valid variations, and no job starts."""
+    before = len(studio.jobs.jobs())
+    for bad in (1.5, "abc"):
+        with pytest.raises(gr.Error) as err:
+            et.start_side_by_side(studio, RUN, "trap", TASK, bad, "train", 0, 0.4, "current")
+        assert err.value.message == (f"variation must be a whole number, got {bad!r}; valid in the train split "
+                                     f"of {TASK}: 0…23")  # fmt: skip
+        assert err.value.title == "Refused"
+    with pytest.raises(gr.Error, match="seed must be a whole number ≥ 0, got 0.5"):
+        et.start_side_by_side(studio, RUN, "trap", TASK, 0, "train", 0.5, 0.4, "current")
+    assert len(studio.jobs.jobs()) == before
+
+
+def test_an_unknown_checkpoint_or_episode_id_is_refused_before_a_job_starts(studio, capfd):
+    """A checkpoint outside the session, an unknown episode id to distill: refused in one line naming the
+    value and the valid ones, no job started, no traceback logged (they used to fail inside the job)."""
+    before = len(studio.jobs.jobs())
+    capfd.readouterr()
+    with pytest.raises(gr.Error) as err:
+        et.start_side_by_side(studio, RUN, "trap", TASK, 0, "train", 0, 0.4, "../../etc")
+    assert err.value.message.startswith("unknown checkpoint '../../etc' of session 'studio'; valid: current")
+    with pytest.raises(gr.Error, match="unknown checkpoint '../../etc' of session 'studio'"):
+        at.start_adapt(studio, RUN, "../../etc", "trap-find-animal", 1)
+    with pytest.raises(gr.Error) as err:
+        tt.start_distill(studio, RUN, ["nope"])
+    assert err.value.message.startswith("not a memory episode of session 'studio': 'nope'; valid: ")
+    assert err.value.title == "Refused"
+    assert len(studio.jobs.jobs()) == before
+    assert "Traceback" not in "".join(capfd.readouterr())
+
+
 def test_the_episodes_form_offers_the_sessions_training_variations(studio):
     assert et.variation_choices(studio, "trap", TASK, "train", RUN) == [0, 1]  # studio_cfg: variations (0, 1)
     assert et.variation_choices(studio, "trap", "trap-find-animal", "train", RUN)[:3] == [0, 1, 2]  # another task

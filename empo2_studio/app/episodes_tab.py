@@ -15,7 +15,7 @@ import gradio as gr
 
 from empo2_studio.app import figures, render, workers
 from empo2_studio.app import job_panel as jp
-from empo2_studio.app.handlers import user_errors
+from empo2_studio.app.handlers import user_errors, whole_number
 from empo2_studio.app.job_panel import JobPanel
 from empo2_studio.config import EMBEDDED_MODEL
 from empo2_studio.types import ENV_NAMES
@@ -79,6 +79,14 @@ def checkpoint_choices(studio: Studio, run_id: str) -> list[tuple[str, str]]:
     return [("current weights", "current")] + [(f"iteration {it}", str(path)) for it, path in found]
 
 
+def check_checkpoint(studio: Studio, run_id: str, checkpoint: str | None) -> None:
+    """ValueError naming `checkpoint` and the valid ones unless it is None, "" or one of
+    `checkpoint_choices` (so a bad pick is refused before a job starts)."""
+    valid = [path for _, path in checkpoint_choices(studio, run_id)]
+    if checkpoint not in (None, "", *valid):
+        raise ValueError(f"unknown checkpoint {checkpoint!r} of session {run_id!r}; valid: {', '.join(valid)}")
+
+
 def session_line(studio: Studio, run_id: str) -> str:
     """What the form plays: the session's env, task, training variations and step limit."""
     env = studio.session(run_id).config.env
@@ -122,13 +130,18 @@ def start_side_by_side(
     if split not in SPLITS:
         raise ValueError(f"split must be one of {list(SPLITS)}, got {split!r}")
     valid = studio.meta_env(own).variations(task, split)
-    if int(variation) not in valid:
+    try:
+        variation = whole_number(variation, "variation")
+    except ValueError as exc:
+        raise ValueError(f"{exc}; valid in the {split} split of {task}: {valid[0]}…{valid[-1]}") from None
+    if variation not in valid:
         raise ValueError(f"{task} has no variation {variation} in the {split} split; valid: {valid[0]}…{valid[-1]}")
     temperature = float(temperature)
     if not 0.0 < temperature <= 10.0:
         raise ValueError(f"temperature must be in (0, 10], got {temperature}")
-    kwargs = dict(run_id=run_id, env_name=own, task=task, variation=int(variation), split=split,
-                  seed=int(seed), temperature=temperature, checkpoint=checkpoint)
+    check_checkpoint(studio, run_id, checkpoint)
+    kwargs = dict(run_id=run_id, env_name=own, task=task, variation=variation, split=split,
+                  seed=whole_number(seed, "seed", 0), temperature=temperature, checkpoint=checkpoint)
     job = studio.jobs.start("episodes", lambda j: workers.side_by_side(studio, j, **kwargs),
                             label=f"side by side {task} v{variation}", run_id=run_id)
     return jp.started(job)
