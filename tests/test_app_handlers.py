@@ -499,6 +499,18 @@ def test_a_fractional_or_non_numeric_variation_is_refused_not_rounded(studio):
     assert len(studio.jobs.jobs()) == before
 
 
+def test_sizes_past_the_caps_are_refused_before_a_job_starts(studio):
+    """/race's step limit and /train's iterations have upper bounds (1000 steps, 10000 iterations)."""
+    before = len(studio.jobs.jobs())
+    with pytest.raises(gr.Error, match="env.step_limit must be in 1…1000 .* got 1000000000"):
+        rc.start_race(studio, RUN, 1, 2, 10**9)
+    values = tt.config_form_values(studio, RUN)
+    values[tt.TRAIN_FIELDS.index(("train", "iterations"))] = 10**9
+    with pytest.raises(gr.Error, match="train.iterations must be ≤ 10000, got 1000000000"):
+        tt.start_training(studio, RUN, *values)
+    assert len(studio.jobs.jobs()) == before
+
+
 def test_an_unknown_checkpoint_or_episode_id_is_refused_before_a_job_starts(studio, capfd):
     """A checkpoint outside the session, an unknown episode id to distill: refused in one line naming the
     value and the valid ones, no job started, no traceback logged (they used to fail inside the job)."""
