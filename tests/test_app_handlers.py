@@ -310,6 +310,19 @@ def test_add_tip_refuses_a_partition_no_episode_can_retrieve_and_stores_nothing(
     studio.store(RUN).delete([t.tip_id for t in studio.store(RUN).list_tips(variation=47)])
 
 
+def test_a_refused_tips_filter_leaves_the_table_as_it_was(studio, monkeypatch):
+    """Variation "abc": a toast titled "Refused" naming the value, and every output skipped (the table
+    and the selection keep what they showed instead of red error badges); a good filter redraws them."""
+    toasts = []
+    monkeypatch.setattr(gr, "Warning", lambda message, title="Warning", **kw: toasts.append((title, message)))
+    assert th.filter_table(studio, RUN, TASK, "abc", th.ALL, th.ALL, "") == (gr.skip(),) * 5
+    assert toasts == [("Refused", "the Variation filter must be a whole number ≥ 0, got 'abc'")]
+    assert th.search_table(studio, RUN, "  ", th.ALL) == (gr.skip(),) * 4
+    assert toasts[-1] == ("Refused", "type something to search for")
+    table, shown, selection, versions, status = th.filter_table(studio, RUN, TASK, "3", th.ALL, th.ALL, "")
+    assert table is shown and status.startswith(f"{len(table)} tip(s) shown")
+
+
 def test_tip_curation_round_trip(studio, tmp_path):
     assert "added tip" in th.add_tip(studio, RUN, TASK, 7, "press the switch before looking", 40)
     frame, _, status = th.list_tips(studio, RUN, TASK, "7", th.ALL, th.ALL, "")
