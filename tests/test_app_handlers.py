@@ -323,6 +323,15 @@ def test_a_refused_tips_filter_leaves_the_table_as_it_was(studio, monkeypatch):
     assert table is shown and status.startswith(f"{len(table)} tip(s) shown")
 
 
+def test_tips_table_headers_fit_their_columns():
+    """Every column but the text has a pixel width of at least 8 px per header letter plus 24 px for
+    the padding and the sort icon ("variation": 9 × 8 + 24 = 96 ≤ 100), so no header wraps."""
+    assert len(th.COLUMN_WIDTHS) == len(th.COLUMNS)
+    for name, width in zip(th.COLUMNS, th.COLUMN_WIDTHS):
+        if name != "text":
+            assert width.endswith("px") and int(width[:-2]) >= 8 * len(name) + 24, (name, width)
+
+
 def test_tip_curation_round_trip(studio, tmp_path):
     assert "added tip" in th.add_tip(studio, RUN, TASK, 7, "press the switch before looking", 40)
     frame, _, status = th.list_tips(studio, RUN, TASK, "7", th.ALL, th.ALL, "")

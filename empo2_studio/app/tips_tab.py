@@ -27,6 +27,9 @@ DATATYPES = ["str", "str", "number", "str", "number", "bool", "str", "bool", "st
 EDITABLE = ("text", "score", "enabled")
 STATIC_COLUMNS = [i for i, c in enumerate(COLUMNS) if c not in EDITABLE]
 ALL = "(all)"
+COLUMN_WIDTHS = ["80px", "140px", "100px", "35%", "72px", "92px", "88px", "84px", "108px"]
+"""Widths of `COLUMNS`: fixed pixels wide enough for each header on one line (a share of the page let
+"variation" wrap letter by letter), the rest of the row to the text."""
 
 
 def _frame(rows: Sequence[tuple[Any, float | None]]) -> pd.DataFrame:
@@ -270,7 +273,7 @@ def build_tips_tab(studio: Studio, run_id: gr.State) -> dict[str, Any]:
         search = gr.Button("Search", elem_id="tips-search")
     status = gr.Markdown(elem_id="tips-status")
     table = gr.Dataframe(headers=COLUMNS, datatype=DATATYPES, interactive=True, static_columns=STATIC_COLUMNS,
-                         wrap=True, column_widths=["8%", "12%", "6%", "44%", "7%", "7%", "8%", "6%", "6%"],
+                         wrap=True, column_widths=COLUMN_WIDTHS,
                          label="Tips (edit text, score, enabled inline; changes are saved at once)",
                          elem_id="tips-table", max_height=420)
     shown = gr.State(pd.DataFrame(columns=COLUMNS))
