@@ -565,6 +565,19 @@ def test_the_scienceworld_note_shows_only_for_the_embedded_model_on_scienceworld
     monkeypatch.setattr(type(studio.model), "policy_spec", property(lambda self: "real"))
     assert et.model_note(studio, sw.dir.name).visible and not et.model_note(studio, RUN).visible
     assert "rarely scores" in et.model_note(studio, sw.dir.name).value
+    assert "It plays valid actions (its sampling is restricted" in et.model_note(studio, sw.dir.name).value
+
+
+def test_the_scienceworld_note_says_free_decoding_plays_invalid_actions(studio, monkeypatch):
+    """Free decoding writes actions ScienceWorld does not know: the note must not claim valid actions."""
+    from dataclasses import replace
+
+    sw = studio.env_session("scienceworld")
+    monkeypatch.setattr(type(studio.model), "policy_spec", property(lambda self: "real"))
+    free = replace(studio.model.policy_config, decoding="free")
+    monkeypatch.setattr(type(studio.model), "policy_config", property(lambda self: free))
+    note = et.model_note(studio, sw.dir.name).value
+    assert "plays valid actions" not in note and "No known action matches that input." in note
 
 
 def test_the_studio_opens_a_trap_session_unless_asked_otherwise(tmp_path, studio_cfg):

@@ -26,12 +26,19 @@ if TYPE_CHECKING:
 SPLITS = ("train", "dev", "test")
 MAX_VARIATION_CHOICES = 200
 SCIENCEWORLD_NOTE = (
-    "**ScienceWorld with the embedded 135M model.** It plays valid actions (it picks among the step's "
-    "valid actions) and writes tips, but it rarely scores: a side-by-side pair usually ends with both "
-    "columns at the same low score and few useful tips, and one pair takes minutes on a CPU. For what "
-    "memory and distillation change, start with the **Lesson** tab (trap env)."
+    "**ScienceWorld with the embedded 135M model.** {actions} and writes tips, but it rarely scores: a "
+    "side-by-side pair usually ends with both columns at the same low score and few useful tips, and one "
+    "pair takes minutes on a CPU. For what memory and distillation change, start with the **Lesson** tab (trap env)."
 )
-"""Shown in the Episodes tab while a ScienceWorld session is open with the embedded model."""
+"""Shown in the Episodes tab while a ScienceWorld session is open with the embedded model; `{actions}`
+is what its decoding (`NOTE_ACTIONS`) lets it play."""
+NOTE_ACTIONS = {
+    "constrained": "It plays valid actions (its sampling is restricted to the step's valid actions)",
+    "action": "It plays valid actions (it draws one of the step's valid actions)",
+    "free": "It writes its actions as free text, so many are not valid (ScienceWorld answers \"No known "
+            "action matches that input.\" and the step is lost)",
+}  # fmt: skip
+"""What the note says the model plays, per `policy.decoding`."""
 
 
 # ---- form choices ---------------------------------------------------------------------------------
@@ -106,7 +113,8 @@ def embedded_model(studio: Studio) -> bool:
 def model_note(studio: Studio, run_id: str) -> Any:
     """The ScienceWorld note (visible) for a ScienceWorld session on the embedded model, else hidden."""
     show = session_env(studio, run_id) == "scienceworld" and embedded_model(studio)
-    return gr.Markdown(SCIENCEWORLD_NOTE if show else "", visible=show)
+    note = SCIENCEWORLD_NOTE.format(actions=NOTE_ACTIONS[studio.model.policy_config.decoding]) if show else ""
+    return gr.Markdown(note, visible=show)
 
 
 # ---- running a pair ---------------------------------------------------------------------------------
