@@ -568,6 +568,29 @@ def test_the_scienceworld_note_shows_only_for_the_embedded_model_on_scienceworld
     assert "It plays valid actions (its sampling is restricted" in et.model_note(studio, sw.dir.name).value
 
 
+def test_both_column_headers_say_finished_once_both_episodes_ended(studio, monkeypatch):
+    """While the model writes the pair's tips (minutes with the embedded model) and after the job, both
+    column headers say "finished · score …", not "playing"."""
+    import empo2_studio.rollout as rollout
+
+    seen_while_writing = []
+    real = rollout.write_group_tips
+
+    def write_and_look(policy, store, episodes, *args, **kwargs):
+        job = studio.jobs.jobs()[-1]
+        seen_while_writing.append((et.side_by_side_view(job.snapshot())[:2], [e.score for e in episodes]))
+        return real(policy, store, episodes, *args, **kwargs)
+
+    monkeypatch.setattr(rollout, "write_group_tips", write_and_look)
+    job = studio.jobs.wait(et.start_side_by_side(studio, RUN, "trap", TASK, 1, "train", 2, 1.0, "current")[0], 120)
+    assert job.status == "done", job.error
+    (columns, scores), = seen_while_writing
+    for html, score in zip(columns, scores):
+        assert f"finished · score {score:g}" in html and "playing" not in html
+    naive_html, memory_html, _ = et.side_by_side_view(job.snapshot())
+    assert f"finished · score {job.result[0].score:g}" in naive_html and "playing" not in naive_html + memory_html
+
+
 def test_the_scienceworld_note_says_free_decoding_plays_invalid_actions(studio, monkeypatch):
     """Free decoding writes actions ScienceWorld does not know: the note must not claim valid actions."""
     from dataclasses import replace

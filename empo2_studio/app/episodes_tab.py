@@ -158,7 +158,7 @@ def start_side_by_side(
 def side_by_side_view(data: dict[str, Any]) -> tuple[str, str, Any]:
     """(naive column html, memory column html, score chart) from a side-by-side job's data."""
     naive_steps, memory_steps = data.get("naive", []), data.get("memory", [])
-    finished = data.get("episodes") or (None, None)
+    finished = data.get("episodes") or data.get("played") or (None, None)
     header = data.get("header", "")
     fig = figures.episode_scores_figure(
         {"naive": [s.score for s in naive_steps], "memory": [s.score for s in memory_steps]}
