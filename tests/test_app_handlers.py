@@ -557,6 +557,19 @@ def test_the_episodes_form_offers_the_sessions_training_variations(studio):
     assert et.session_line(studio, RUN).endswith("training variations 0, 1 · step limit 3")
 
 
+def test_the_session_line_names_the_variations_the_dropdown_offers(studio):
+    """A session without configured variations: the dropdown offers the whole train split (trap 0–23),
+    the line says so, and that training uses the first 5."""
+    cfg = studio.session(RUN).config
+    from dataclasses import replace
+
+    other = studio.create_session(replace(cfg.with_overrides(env={"variations": ()}), run_id="studio-all-variations"))
+    rid = other.dir.name
+    assert et.variation_choices(studio, "trap", TASK, "train", rid) == list(range(24))
+    assert et.session_line(studio, rid).endswith(
+        "variations 0–23 of the train split (training uses 0–4) · step limit 3")
+
+
 def test_the_scienceworld_note_shows_only_for_the_embedded_model_on_scienceworld(studio, monkeypatch):
     sw = studio.env_session("scienceworld")
     assert (sw.dir.name, sw.config.env.task) == ("studio-scienceworld", "power-component")

@@ -18,6 +18,7 @@ from empo2_studio.app import job_panel as jp
 from empo2_studio.app.handlers import user_errors, whole_number
 from empo2_studio.app.job_panel import JobPanel
 from empo2_studio.config import EMBEDDED_MODEL
+from empo2_studio.trainer import PAPER_TRAIN_VARIATIONS
 from empo2_studio.types import ENV_NAMES
 
 if TYPE_CHECKING:
@@ -100,9 +101,21 @@ def session_line(studio: Studio, run_id: str) -> str:
     limit = env.step_limit
     if limit is None:
         limit = f"the task's ({studio.meta_env(env.name).step_limit(env.task)})"
-    variations = ", ".join(map(str, env.variations)) if env.variations else "the first 5 of the train split"
-    return (f"Plays session `{run_id}`'s env **{env.name}** · its task `{env.task}` · training variations "
-            f"{variations} · step limit {limit}")  # fmt: skip
+    offered = variation_choices(studio, env.name, env.task, "train", run_id)  # what the dropdown offers
+    trained = list(env.variations) or offered[:PAPER_TRAIN_VARIATIONS]
+    if offered == trained:
+        variations = f"training variations {_listed(offered)}"
+    else:
+        variations = f"variations {_listed(offered)} of the train split (training uses {_listed(trained)})"
+    return (f"Plays session `{run_id}`'s env **{env.name}** · its task `{env.task}` · {variations} · "
+            f"step limit {limit}")  # fmt: skip
+
+
+def _listed(numbers: list[int]) -> str:
+    """"0–23" for a run of three or more consecutive numbers, else "0, 1" / "2, 5, 9"."""
+    if len(numbers) >= 3 and numbers == list(range(numbers[0], numbers[-1] + 1)):
+        return f"{numbers[0]}–{numbers[-1]}"
+    return ", ".join(map(str, numbers))
 
 
 def embedded_model(studio: Studio) -> bool:
