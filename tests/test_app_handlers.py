@@ -275,6 +275,21 @@ def test_a_session_switch_refreshes_every_tab_by_component(studio):
         layout.page_refresh([(lambda rid: {group: 1}, [group, limit])])[0](RUN)
 
 
+def test_opening_a_scienceworld_session_from_the_page_lists_it_in_the_sessions_tab(studio):
+    """The start panel's button creates `studio-scienceworld`; the switch that follows it renews the
+    Sessions tab's list and picker (they showed the old list until a reload)."""
+    demo = layout.build_blocks(studio)
+    fns = list(demo.fns.values())
+    button = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "start-scienceworld")
+    click = next(f for f in fns if (button._id, "click") in f.targets)
+    after = next(f for f in fns if f.trigger_after == click._id)
+    pick = next(o for o in after.outputs if o.elem_id == "ses-pick")
+    run_id, _tabs = layout.open_env_session(studio, "scienceworld")
+    update = after.fn(run_id)
+    assert (run_id, run_id) in update[pick].choices and update[pick].value == run_id
+    demo.close()
+
+
 def test_whole_number_reads_form_values_and_names_every_bad_one():
     assert [h.whole_number(v, "x") for v in (3, 3.0, "4", " 5 ", "6.0")] == [3, 3, 4, 5, 6]
     assert h.whole_number(0, "x", 0) == 0
