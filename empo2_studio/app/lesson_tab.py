@@ -18,7 +18,7 @@ import re
 import time
 from dataclasses import replace
 from functools import partial
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import gradio as gr
 
@@ -32,6 +32,9 @@ from empo2_studio.lesson import (
     PLAY_STAGES, STAGE_TITLES, STAGES, TRAP_TASKS, Lesson, LessonSettings, StageResult, curated_tip, lesson_seconds,
     minutes_text, rates_from_metrics, rates_note, results_from_metrics,
 )  # fmt: skip
+
+if TYPE_CHECKING:
+    from empo2_studio.app.studio import Studio
 
 MAX_TIP_BOXES = 4
 """At most this many variations per lesson (one editable tip box each)."""
@@ -50,7 +53,7 @@ P(the tip's plan action | no tip) 0.24 → 0.77; 3 steps at 1e-3 → 0.35 (0.31�
 
 
 # ---- the lesson's own session -----------------------------------------------------------------------
-def _lesson_ids(studio: Any, task: str) -> list[tuple[int, str]]:
+def _lesson_ids(studio: Studio, task: str) -> list[tuple[int, str]]:
     """Existing lesson sessions of `task` as (k, run id), k = 1 for `lesson-<task>`."""
     pattern = re.compile(rf"^lesson-{re.escape(task)}(?:-(\d+))?$")
     found = []
@@ -61,13 +64,13 @@ def _lesson_ids(studio: Any, task: str) -> list[tuple[int, str]]:
     return sorted(found)
 
 
-def current_lesson_id(studio: Any, task: str) -> str:
+def current_lesson_id(studio: Studio, task: str) -> str:
     """The task's newest lesson session id (`lesson-<task>` when there is none yet)."""
     found = _lesson_ids(studio, task)
     return found[-1][1] if found else f"lesson-{task}"
 
 
-def lesson_config(studio: Any, task: str, run_id: str) -> RunConfig:
+def lesson_config(studio: Studio, task: str, run_id: str) -> RunConfig:
     """Config of a new lesson session: the studio's launch session's (same model, LoRA shape,
     embedder, rollout and training settings) on the trap env and `task`, with the lesson's distillation
     learning rate (`LESSON_LEARNING_RATE`)."""
@@ -77,7 +80,7 @@ def lesson_config(studio: Any, task: str, run_id: str) -> RunConfig:
     return replace(base, run_id=run_id, env=env, train=train).validate()
 
 
-def lesson_session(studio: Any, task: str, *, fresh: bool = False) -> Any:
+def lesson_session(studio: Studio, task: str, *, fresh: bool = False) -> Any:
     """Open (or create) the task's current lesson session; with `fresh`, a new one when the current
     one has already played episodes (so the lesson starts from untrained weights)."""
     if task not in TRAP_TASKS:
@@ -141,7 +144,7 @@ def tips_from_boxes(variations: Sequence[int], texts: Sequence[Any]) -> dict[int
 # ---- starting and polling ---------------------------------------------------------------------------
 @user_errors
 def start_lesson(
-    studio: Any, stage: str, task: str, variations: Any, episodes: Any, distill_steps: Any, *tips: Any
+    studio: Studio, stage: str, task: str, variations: Any, episodes: Any, distill_steps: Any, *tips: Any
 ) -> tuple[Any, ...]:
     """Start the whole lesson (`stage` "all") or one stage as a job. Returns
     `job_panel.started(job, lesson run id, session markdown)`."""
@@ -166,7 +169,7 @@ def start_lesson(
     return jp.started(job, run_id, session_markdown(studio, run_id))
 
 
-def measured_rates(studio: Any) -> dict[str, float]:
+def measured_rates(studio: Studio) -> dict[str, float]:
     """Seconds per unit measured by this machine's lessons (`lesson.timing.rates_from_metrics` over
     every lesson session of the studio, oldest first, so the newest measurement wins)."""
     rows: list[dict] = []
@@ -178,7 +181,7 @@ def measured_rates(studio: Any) -> dict[str, float]:
 
 
 def run_lesson_job(
-    studio: Any, job: Job, *, run_id: str, settings: LessonSettings, stage: str, tips: dict[int, str]
+    studio: Studio, job: Job, *, run_id: str, settings: LessonSettings, stage: str, tips: dict[int, str]
 ) -> list[dict]:
     """Job body: the lesson (or one stage) on the session's trainer. `job.data["results"]` holds
     stage → StageResult dict: each finished stage, and the running stage's rows so far (each
@@ -258,7 +261,7 @@ def _results_of(data: dict[str, Any]) -> dict[str, StageResult]:
     return {k: StageResult.from_dict(v) for k, v in data.get("results", {}).items()}
 
 
-def poll_lesson(studio: Any, job_id: str | None, seen: int) -> tuple[Any, ...]:
+def poll_lesson(studio: Studio, job_id: str | None, seen: int) -> tuple[Any, ...]:
     """Timer tick: (status html, 4 tables, chart, session markdown, timer, seen version). Stages the
     job has not played show the session's earlier results; the session line is renewed at the end."""
 
@@ -271,7 +274,7 @@ def poll_lesson(studio: Any, job_id: str | None, seen: int) -> tuple[Any, ...]:
     return jp.poll(studio.jobs, job_id, seen, 6, draw)
 
 
-def _saved_results(studio: Any, job: Job) -> dict[str, StageResult]:
+def _saved_results(studio: Studio, job: Job) -> dict[str, StageResult]:
     """For a single-stage job: the other stages as the session's metrics last recorded them."""
     run_id = job.data.get("lesson_run_id") or job.run_id
     if not run_id or job.data.get("lesson_stage") == "all":
@@ -283,7 +286,7 @@ def _saved_results(studio: Any, job: Job) -> dict[str, StageResult]:
     return results_from_metrics(session.metrics(), session.config.env.task)
 
 
-def session_markdown(studio: Any, run_id: str) -> str:
+def session_markdown(studio: Studio, run_id: str) -> str:
     """The lesson session line, and the time the default lesson is expected to take here."""
     exists = (studio.root / run_id / "config.json").is_file()
     where = f"`{run_id}`" if exists else f"`{run_id}` (created when the lesson starts)"
@@ -302,7 +305,7 @@ def time_hint(rates: dict[str, float]) -> str:
 
 
 @user_errors
-def lesson_opened(studio: Any, task: str | None, variations: Any) -> tuple[Any, ...]:
+def lesson_opened(studio: Studio, task: str | None, variations: Any) -> tuple[Any, ...]:
     """Task picked / page loaded: (session markdown, 4 tip boxes, 4 tables, chart) from the task's
     current lesson session (its last recorded stages)."""
     task = task if task in TRAP_TASKS else TRAP_TASKS[0]
@@ -327,7 +330,7 @@ INTRO = (
 )
 
 
-def build_lesson_tab(studio: Any) -> dict[str, Any]:
+def build_lesson_tab(studio: Studio) -> dict[str, Any]:
     """Components and wiring of the Lesson tab. Returns its load hooks for `layout.build_blocks`."""
     gr.Markdown(INTRO, elem_id="ls-intro")
     with gr.Row():

@@ -15,7 +15,7 @@ the embedded model rarely scores and both arms tend to tie) a trap copy of its c
 from __future__ import annotations
 
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gradio as gr
 import pandas as pd
@@ -31,6 +31,9 @@ from empo2_studio.lesson import Eta, minutes_text
 from empo2_studio.lesson.timing import rate
 from empo2_studio.race import ARM_LABELS, ARMS, Race, arm_rows_summary, lora_state
 
+if TYPE_CHECKING:
+    from empo2_studio.app.studio import Studio
+
 JOB_KIND = "race"
 TABLE_HEADERS = ["iteration", "arm", "update mode", "success rate", "mean score", "tips written", "seconds"]
 RACE_TRAP_TASK = "trap-light-bulb"
@@ -40,7 +43,7 @@ TARGETS = ("auto", "open", "trap")
 `RACE_TRAP_TASK`, "auto" the open session when it is a trap session, else the trap copy."""
 
 
-def race_target(studio: Any, run_id: str, target: str | None = "auto") -> tuple[str, Any]:
+def race_target(studio: Studio, run_id: str, target: str | None = "auto") -> tuple[str, Any]:
     """(base run id of the arms' sessions, base config) for `target` (one of `TARGETS`).
 
     Raises:
@@ -57,7 +60,7 @@ def race_target(studio: Any, run_id: str, target: str | None = "auto") -> tuple[
                                                     "step_limit": None, "simplification": env.simplification})  # fmt: skip
 
 
-def race_note(studio: Any, run_id: str) -> str:
+def race_note(studio: Studio, run_id: str) -> str:
     """What to expect from racing the open session (empty for a trap session)."""
     cfg = studio.session(run_id).config
     if cfg.env.name == "trap":
@@ -70,7 +73,7 @@ def race_note(studio: Any, run_id: str) -> str:
             "iterations; pick *the open session* to race it anyway.")  # fmt: skip
 
 
-def race_config(studio: Any, run_id: str, iterations: Any, group_size: Any, step_limit: Any,
+def race_config(studio: Studio, run_id: str, iterations: Any, group_size: Any, step_limit: Any,
                 target: str | None = "auto") -> Any:  # fmt: skip
     """The EMPO² arm's config: the target's (`race_target`), with the form's group size, step limit and
     iterations (a blank step limit keeps the target's). ValueError names a bad value."""
@@ -82,7 +85,7 @@ def race_config(studio: Any, run_id: str, iterations: Any, group_size: Any, step
     ).validate()  # fmt: skip
 
 
-def race_defaults(studio: Any, run_id: str) -> tuple[int, int, Any]:
+def race_defaults(studio: Studio, run_id: str) -> tuple[int, int, Any]:
     """(iterations, group size, step limit) shown for the session: 2 iterations, the group size and
     step limit of what "auto" races (`race_target`)."""
     cfg = race_target(studio, run_id)[1]
@@ -90,7 +93,7 @@ def race_defaults(studio: Any, run_id: str) -> tuple[int, int, Any]:
 
 
 @user_errors
-def start_race(studio: Any, run_id: str, iterations: Any, group_size: Any, step_limit: Any,
+def start_race(studio: Studio, run_id: str, iterations: Any, group_size: Any, step_limit: Any,
                target: str | None = "auto") -> tuple[Any, ...]:  # fmt: skip
     """Start the race of `target` (`TARGETS`) as a job. Returns `job_panel.started(job)`."""
     if studio.jobs.running(JOB_KIND):
@@ -104,7 +107,7 @@ def start_race(studio: Any, run_id: str, iterations: Any, group_size: Any, step_
     return jp.started(job)
 
 
-def run_race_job(studio: Any, job: Job, *, run_id: str, cfg: Any, iterations: int) -> dict[str, list[dict]]:
+def run_race_job(studio: Studio, job: Job, *, run_id: str, cfg: Any, iterations: int) -> dict[str, list[dict]]:
     """Job body: both arms from the untrained adapter, `iterations` interleaved iterations;
     `job.data["rows"]` = arm → metrics rows so far (updated as soon as an arm finishes an
     iteration), `job.data["sessions"]` = arm → run id. Nothing of the race outlives the job but
@@ -142,7 +145,7 @@ def run_race_job(studio: Any, job: Job, *, run_id: str, cfg: Any, iterations: in
         studio.fresh_policy()  # leave the shared model as the studio expects it ("fresh")
 
 
-def iteration_prior(studio: Any, cfg: Any) -> tuple[float, str]:
+def iteration_prior(studio: Studio, cfg: Any) -> tuple[float, str]:
     """Expected seconds of one arm's iteration before one is measured: the lesson's seconds per
     episode (measured, or the labelled rough estimate) × episodes per iteration."""
     per_episode, measured = rate(measured_rates(studio), "episode")
@@ -157,7 +160,7 @@ def race_view(data: dict[str, Any]) -> tuple[Any, Any]:
     return charts.race_figure(rows, ARM_LABELS), frame
 
 
-def poll_race(studio: Any, job_id: str | None, seen: int) -> tuple[Any, ...]:
+def poll_race(studio: Studio, job_id: str | None, seen: int) -> tuple[Any, ...]:
     """Timer tick: (status html, chart, table, timer, seen version)."""
     return jp.poll(studio.jobs, job_id, seen, 2, lambda job: race_view(job.snapshot()))
 
@@ -173,7 +176,7 @@ INTRO = (
 )
 
 
-def target_choices(studio: Any, run_id: str) -> list[tuple[str, str]]:
+def target_choices(studio: Studio, run_id: str) -> list[tuple[str, str]]:
     """The "Race on" choices for the open session, as (label, value)."""
     cfg = studio.session(run_id).config
     if cfg.env.name == "trap":
@@ -181,7 +184,7 @@ def target_choices(studio: Any, run_id: str) -> list[tuple[str, str]]:
     return [(f"a trap copy of it ({RACE_TRAP_TASK})", "trap"), (f"the open session ({run_id}, {cfg.env.name})", "open")]
 
 
-def build_race_tab(studio: Any, run_id: gr.State) -> dict[str, Any]:
+def build_race_tab(studio: Studio, run_id: gr.State) -> dict[str, Any]:
     """Components and wiring of the Race tab."""
     gr.Markdown(INTRO, elem_id="rc-intro")
     rid0 = studio.default_run_id
