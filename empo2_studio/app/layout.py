@@ -33,8 +33,8 @@ START = (
     "**Start here: the Lesson tab** (the first tab) shows the method on the trap env: an agent fails, "
     "curated tips rescue it, distillation makes it succeed without them. **Episodes** plays one naive and "
     "one memory episode of the open session side by side; **Tips**, **Train**, **Race**, **Adapt** and "
-    "**Sessions** go further. ScienceWorld is one click away (right); the embedded 135M model plays "
-    "valid actions there but rarely scores."
+    "**Sessions** go further. ScienceWorld is one click away (right); the embedded 135M model rarely "
+    "scores there (the Episodes tab says what it plays)."
 )
 
 
