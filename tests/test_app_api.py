@@ -80,6 +80,14 @@ def test_a_refused_input_is_one_line_and_logs_no_traceback(served, capfd):
     with pytest.raises(AppError) as err:
         client.predict("studio", TASK, 99999, api_name="/run_pair")
     assert str(err.value) == "trap-light-bulb has no variation 99999 in the train split; valid: 0…23"
+    with pytest.raises(AppError) as err:
+        client.predict("studio", TASK, "abc", api_name="/run_pair")
+    assert str(err.value) == "variation must be a whole number, got 'abc'; valid in the train split of trap-light-bulb: 0…23"
+    with pytest.raises(AppError) as err:
+        client.predict("naive", TASK, [99999], 8, 5, api_name="/play_lesson")
+    assert str(err.value) == "variation 99999 is not a variation of 'trap-light-bulb'; valid: 0…47"
+    with pytest.raises(AppError, match="not a memory episode of session 'studio': 'nope'"):
+        client.predict("studio", ["nope"], api_name="/distill")
     with pytest.raises(AppError, match="no session 'nope'"):
         client.predict("nope", api_name="/session_info")
     out, errors = capfd.readouterr()

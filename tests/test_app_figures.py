@@ -64,3 +64,16 @@ def test_one_tip_retrieved_is_singular():
                 corrected=False, reward=0.0, score=0.0, observation="o")  # fmt: skip
     assert "1 tip retrieved" in render.step_html(step, "memory")
     assert "2 tips retrieved" in render.step_html(replace(step, tips=step.tips * 2), "memory")
+
+
+def test_compare_a_count_metric_gets_whole_ticks_and_a_legend_for_one_run():
+    """distill/episodes 15, 16, 17: ticks every 1 (not 15, 15.5, …), and the run named in a legend."""
+    rows = [{"iteration": i + 1, "distill/episodes": float(n)} for i, n in enumerate((15, 16, 17))]
+    fig = figures.compare_runs_figure({"studio": rows}, "distill/episodes")
+    assert (fig.layout.yaxis.tickmode, fig.layout.yaxis.dtick, fig.layout.yaxis.tickformat) == ("linear", 1, "d")
+    assert fig.layout.showlegend is True and fig.data[0].name == "studio"
+    # steps 1, 2, 5, 10, 20, 50, …: at most about 5 steps over the span
+    assert [figures.whole_tick_step(s) for s in (0, 2, 5, 6, 12, 30, 200, 1000)] == [1, 1, 1, 2, 5, 10, 50, 200]
+    # a fractional metric keeps plotly's own ticks
+    frac = figures.compare_runs_figure({"studio": [{"iteration": 1, "loss/policy": 0.25}]}, "loss/policy")
+    assert frac.layout.yaxis.dtick is None

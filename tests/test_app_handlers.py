@@ -275,6 +275,21 @@ def test_a_session_switch_refreshes_every_tab_by_component(studio):
         layout.page_refresh([(lambda rid: {group: 1}, [group, limit])])[0](RUN)
 
 
+def test_opening_a_scienceworld_session_from_the_page_lists_it_in_the_sessions_tab(studio):
+    """The start panel's button creates `studio-scienceworld`; the switch that follows it renews the
+    Sessions tab's list and picker (they showed the old list until a reload)."""
+    demo = layout.build_blocks(studio)
+    fns = list(demo.fns.values())
+    button = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "start-scienceworld")
+    click = next(f for f in fns if (button._id, "click") in f.targets)
+    after = next(f for f in fns if f.trigger_after == click._id)
+    pick = next(o for o in after.outputs if o.elem_id == "ses-pick")
+    run_id, _tabs = layout.open_env_session(studio, "scienceworld")
+    update = after.fn(run_id)
+    assert (run_id, run_id) in update[pick].choices and update[pick].value == run_id
+    demo.close()
+
+
 def test_whole_number_reads_form_values_and_names_every_bad_one():
     assert [h.whole_number(v, "x") for v in (3, 3.0, "4", " 5 ", "6.0")] == [3, 3, 4, 5, 6]
     assert h.whole_number(0, "x", 0) == 0
@@ -308,6 +323,28 @@ def test_add_tip_refuses_a_partition_no_episode_can_retrieve_and_stores_nothing(
     with pytest.raises(gr.Error, match="the Variation filter must be a whole number ≥ 0, got 'abc'"):
         th.list_tips(studio, RUN, TASK, "abc", th.ALL, th.ALL, "")
     studio.store(RUN).delete([t.tip_id for t in studio.store(RUN).list_tips(variation=47)])
+
+
+def test_a_refused_tips_filter_leaves_the_table_as_it_was(studio, monkeypatch):
+    """Variation "abc": a toast titled "Refused" naming the value, and every output skipped (the table
+    and the selection keep what they showed instead of red error badges); a good filter redraws them."""
+    toasts = []
+    monkeypatch.setattr(gr, "Warning", lambda message, title="Warning", **kw: toasts.append((title, message)))
+    assert th.filter_table(studio, RUN, TASK, "abc", th.ALL, th.ALL, "") == (gr.skip(),) * 5
+    assert toasts == [("Refused", "the Variation filter must be a whole number ≥ 0, got 'abc'")]
+    assert th.search_table(studio, RUN, "  ", th.ALL) == (gr.skip(),) * 4
+    assert toasts[-1] == ("Refused", "type something to search for")
+    table, shown, selection, versions, status = th.filter_table(studio, RUN, TASK, "3", th.ALL, th.ALL, "")
+    assert table is shown and status.startswith(f"{len(table)} tip(s) shown")
+
+
+def test_tips_table_headers_fit_their_columns():
+    """Every column but the text has a pixel width of at least 8 px per header letter plus 24 px for
+    the padding and the sort icon ("variation": 9 × 8 + 24 = 96 ≤ 100), so no header wraps."""
+    assert len(th.COLUMN_WIDTHS) == len(th.COLUMNS)
+    for name, width in zip(th.COLUMNS, th.COLUMN_WIDTHS):
+        if name != "text":
+            assert width.endswith("px") and int(width[:-2]) >= 8 * len(name) + 24, (name, width)
 
 
 def test_tip_curation_round_trip(studio, tmp_path):
@@ -484,10 +521,68 @@ def test_a_pair_never_plays_another_env_than_its_sessions(studio):
         et.start_side_by_side(studio, RUN, "trap", TASK, 24, "train", 0, 0.4, "current")
 
 
+def test_a_fractional_or_non_numeric_variation_is_refused_not_rounded(studio):
+    """1.5 was played as variation 1; "abc" got Python's int() message. Both are refused with one line
+    naming the value and the split's valid variations, and no job starts."""
+    before = len(studio.jobs.jobs())
+    for bad in (1.5, "abc"):
+        with pytest.raises(gr.Error) as err:
+            et.start_side_by_side(studio, RUN, "trap", TASK, bad, "train", 0, 0.4, "current")
+        assert err.value.message == (f"variation must be a whole number, got {bad!r}; valid in the train split "
+                                     f"of {TASK}: 0…23")  # fmt: skip
+        assert err.value.title == "Refused"
+    with pytest.raises(gr.Error, match="seed must be a whole number ≥ 0, got 0.5"):
+        et.start_side_by_side(studio, RUN, "trap", TASK, 0, "train", 0.5, 0.4, "current")
+    assert len(studio.jobs.jobs()) == before
+
+
+def test_sizes_past_the_caps_are_refused_before_a_job_starts(studio):
+    """/race's step limit and /train's iterations have upper bounds (1000 steps, 10000 iterations)."""
+    before = len(studio.jobs.jobs())
+    with pytest.raises(gr.Error, match="env.step_limit must be in 1…1000 .* got 1000000000"):
+        rc.start_race(studio, RUN, 1, 2, 10**9)
+    values = tt.config_form_values(studio, RUN)
+    values[tt.TRAIN_FIELDS.index(("train", "iterations"))] = 10**9
+    with pytest.raises(gr.Error, match="train.iterations must be ≤ 10000, got 1000000000"):
+        tt.start_training(studio, RUN, *values)
+    assert len(studio.jobs.jobs()) == before
+
+
+def test_an_unknown_checkpoint_or_episode_id_is_refused_before_a_job_starts(studio, capfd):
+    """A checkpoint outside the session, an unknown episode id to distill: refused in one line naming the
+    value and the valid ones, no job started, no traceback logged (they used to fail inside the job)."""
+    before = len(studio.jobs.jobs())
+    capfd.readouterr()
+    with pytest.raises(gr.Error) as err:
+        et.start_side_by_side(studio, RUN, "trap", TASK, 0, "train", 0, 0.4, "../../etc")
+    assert err.value.message.startswith("unknown checkpoint '../../etc' of session 'studio'; valid: current")
+    with pytest.raises(gr.Error, match="unknown checkpoint '../../etc' of session 'studio'"):
+        at.start_adapt(studio, RUN, "../../etc", "trap-find-animal", 1)
+    with pytest.raises(gr.Error) as err:
+        tt.start_distill(studio, RUN, ["nope"])
+    assert err.value.message.startswith("not a memory episode of session 'studio': 'nope'; valid: ")
+    assert err.value.title == "Refused"
+    assert len(studio.jobs.jobs()) == before
+    assert "Traceback" not in "".join(capfd.readouterr())
+
+
 def test_the_episodes_form_offers_the_sessions_training_variations(studio):
     assert et.variation_choices(studio, "trap", TASK, "train", RUN) == [0, 1]  # studio_cfg: variations (0, 1)
     assert et.variation_choices(studio, "trap", "trap-find-animal", "train", RUN)[:3] == [0, 1, 2]  # another task
     assert et.session_line(studio, RUN).endswith("training variations 0, 1 · step limit 3")
+
+
+def test_the_session_line_names_the_variations_the_dropdown_offers(studio):
+    """A session without configured variations: the dropdown offers the whole train split (trap 0–23),
+    the line says so, and that training uses the first 5."""
+    cfg = studio.session(RUN).config
+    from dataclasses import replace
+
+    other = studio.create_session(replace(cfg.with_overrides(env={"variations": ()}), run_id="studio-all-variations"))
+    rid = other.dir.name
+    assert et.variation_choices(studio, "trap", TASK, "train", rid) == list(range(24))
+    assert et.session_line(studio, rid).endswith(
+        "variations 0–23 of the train split (training uses 0–4) · step limit 3")
 
 
 def test_the_scienceworld_note_shows_only_for_the_embedded_model_on_scienceworld(studio, monkeypatch):
@@ -498,6 +593,42 @@ def test_the_scienceworld_note_shows_only_for_the_embedded_model_on_scienceworld
     monkeypatch.setattr(type(studio.model), "policy_spec", property(lambda self: "real"))
     assert et.model_note(studio, sw.dir.name).visible and not et.model_note(studio, RUN).visible
     assert "rarely scores" in et.model_note(studio, sw.dir.name).value
+    assert "It plays valid actions (its sampling is restricted" in et.model_note(studio, sw.dir.name).value
+
+
+def test_both_column_headers_say_finished_once_both_episodes_ended(studio, monkeypatch):
+    """While the model writes the pair's tips (minutes with the embedded model) and after the job, both
+    column headers say "finished · score …", not "playing"."""
+    import empo2_studio.rollout as rollout
+
+    seen_while_writing = []
+    real = rollout.write_group_tips
+
+    def write_and_look(policy, store, episodes, *args, **kwargs):
+        job = studio.jobs.jobs()[-1]
+        seen_while_writing.append((et.side_by_side_view(job.snapshot())[:2], [e.score for e in episodes]))
+        return real(policy, store, episodes, *args, **kwargs)
+
+    monkeypatch.setattr(rollout, "write_group_tips", write_and_look)
+    job = studio.jobs.wait(et.start_side_by_side(studio, RUN, "trap", TASK, 1, "train", 2, 1.0, "current")[0], 120)
+    assert job.status == "done", job.error
+    (columns, scores), = seen_while_writing
+    for html, score in zip(columns, scores):
+        assert f"finished · score {score:g}" in html and "playing" not in html
+    naive_html, memory_html, _ = et.side_by_side_view(job.snapshot())
+    assert f"finished · score {job.result[0].score:g}" in naive_html and "playing" not in naive_html + memory_html
+
+
+def test_the_scienceworld_note_says_free_decoding_plays_invalid_actions(studio, monkeypatch):
+    """Free decoding writes actions ScienceWorld does not know: the note must not claim valid actions."""
+    from dataclasses import replace
+
+    sw = studio.env_session("scienceworld")
+    monkeypatch.setattr(type(studio.model), "policy_spec", property(lambda self: "real"))
+    free = replace(studio.model.policy_config, decoding="free")
+    monkeypatch.setattr(type(studio.model), "policy_config", property(lambda self: free))
+    note = et.model_note(studio, sw.dir.name).value
+    assert "plays valid actions" not in note and "No known action matches that input." in note
 
 
 def test_the_studio_opens_a_trap_session_unless_asked_otherwise(tmp_path, studio_cfg):

@@ -59,6 +59,17 @@ def test_usage_errors_exit_2_without_traceback(sessions, capsys, argv, message):
     assert list(sessions.iterdir()) == []  # nothing was created
 
 
+@pytest.mark.parametrize("flag, value, message", [
+    ("--env.step-limit", "100000000", "env.step_limit must be in 1…1000 (ScienceWorld's longest task needs 120) or None, got 100000000"),
+    ("--train.iterations", "10001", "train.iterations must be ≤ 10000, got 10001"),
+])  # fmt: skip
+def test_sizes_past_the_caps_exit_2_with_one_line(sessions, capsys, flag, value, message):
+    assert main(["train", flag, value]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1, err
+    assert list(sessions.iterdir()) == []
+
+
 def test_train_config_the_model_rejects_exits_2_and_leaves_no_session(sessions, capsys, monkeypatch):
     import empo2_studio.cli as cli
 

@@ -14,7 +14,7 @@ import gradio as gr
 
 from empo2_studio.app import figures, workers
 from empo2_studio.app import job_panel as jp
-from empo2_studio.app.episodes_tab import checkpoint_choices
+from empo2_studio.app.episodes_tab import check_checkpoint, checkpoint_choices
 from empo2_studio.app.handlers import user_errors, whole_number
 from empo2_studio.app.job_panel import JobPanel
 
@@ -38,6 +38,7 @@ def start_adapt(studio: Studio, run_id: str, checkpoint: str | None, task: str |
     if task not in unseen_tasks(studio, run_id):
         raise ValueError(f"{task!r} is not an unseen task of session {run_id!r}; valid: {unseen_tasks(studio, run_id)}")
     trials = whole_number(trials, "trials", 1)
+    check_checkpoint(studio, run_id, checkpoint)
     job = studio.jobs.start(
         "adapt", lambda j: workers.adapt(studio, j, run_id=run_id, checkpoint=checkpoint, task=task, trials=trials),
         label=f"adapt to {task}", run_id=run_id,

@@ -92,6 +92,7 @@ def register(studio: Studio) -> None:
                 "step_limit": env.step_limit if env.step_limit is not None
                 else studio.meta_env(env.name).step_limit(env.task)}  # fmt: skip
 
+    @user_errors
     def run_pair(run_id: str, task: str, variation: int, split: Split = "train", seed: int = 0,
                  temperature: float = 0.4, checkpoint: str = "current", wait: bool = True,
                  timeout_s: float = 600.0) -> dict[str, Any]:  # fmt: skip
@@ -114,6 +115,7 @@ def register(studio: Studio) -> None:
         studio.jobs.stop(job_id)
         return job_json(studio.jobs.get(job_id))
 
+    @user_errors
     def play_lesson(stage: LessonStage = "all", task: str = "trap-light-bulb",
                     variations: list[int] = [0, 1],  # noqa: B006 - read only; gr.api shows the default
                     episodes: int = 8, distill_steps: int = 5, wait: bool = True,
@@ -122,11 +124,13 @@ def register(studio: Studio) -> None:
         each played stage's result (its per-variation rows, distill steps or stored tips)."""
         from empo2_studio.lesson import curated_tip
 
-        tips = [curated_tip(task, v) for v in variations]
+        settings = ls.settings_from_form(task, variations, episodes, distill_steps)  # refused before the tips
+        tips = [curated_tip(task, v) for v in settings.variations]
         job_id = ls.start_lesson(studio, stage, task, list(map(str, variations)), episodes, distill_steps, *tips)[0]
         job = _await(studio, job_id, wait, timeout_s)
         return {"job": job_json(job), "stages": jsonable(job.result) if job.finished else []}
 
+    @user_errors
     def train(run_id: str, iterations: int = 1, wait: bool = True, timeout_s: float = 3600.0) -> dict[str, Any]:
         """Train the session for `iterations` iterations with its own config; returns the job and,
         once done, one report (iteration, update mode, metrics) per iteration."""
@@ -135,11 +139,13 @@ def register(studio: Studio) -> None:
         job_id = train_tab.start_training(studio, run_id, *values)[0]
         return {"job": job_json(_await(studio, job_id, wait, timeout_s))}
 
+    @user_errors
     def distill(run_id: str, episode_ids: list[str], wait: bool = True, timeout_s: float = 600.0) -> dict[str, Any]:
         """One off-policy distillation update on the session's memory episodes `episode_ids`."""
         job_id = train_tab.start_distill(studio, run_id, episode_ids)[0]
         return {"job": job_json(_await(studio, job_id, wait, timeout_s))}
 
+    @user_errors
     def adapt(run_id: str, task: str, trials: int = 3, checkpoint: str = "current", wait: bool = True,
               timeout_s: float = 3600.0) -> dict[str, Any]:  # fmt: skip
         """Adapt to an unseen task with frozen weights: trial 0 without memory, then `trials` with it;
@@ -147,6 +153,7 @@ def register(studio: Studio) -> None:
         job_id = adapt_tab.start_adapt(studio, run_id, checkpoint, task, trials)[0]
         return {"job": job_json(_await(studio, job_id, wait, timeout_s))}
 
+    @user_errors
     def race(run_id: str, iterations: int = 1, group_size: int = 2, step_limit: int = 4, target: RaceTarget = "auto",
              wait: bool = True, timeout_s: float = 3600.0) -> dict[str, Any]:  # fmt: skip
         """EMPO² vs GRPO from the same starting weights; `target` "auto" races a trap session itself and a
@@ -162,6 +169,7 @@ def register(studio: Studio) -> None:
                                               **({"variation": variation} if variation >= 0 else {}))  # fmt: skip
         return [jsonable(t) for t in rows]
 
+    @user_errors
     def add_tip(run_id: str, task: str, variation: int, text: str, score: float = 100.0) -> str:
         """Store a manual tip for (task, variation) of the session's env; returns the status line."""
         return tips_tab.add_tip(studio, run_id, task, variation, text, score)

@@ -15,9 +15,10 @@ import gradio as gr
 
 from empo2_studio.app import figures, render, workers
 from empo2_studio.app import job_panel as jp
-from empo2_studio.app.handlers import user_errors
+from empo2_studio.app.handlers import user_errors, whole_number
 from empo2_studio.app.job_panel import JobPanel
 from empo2_studio.config import EMBEDDED_MODEL
+from empo2_studio.trainer import PAPER_TRAIN_VARIATIONS
 from empo2_studio.types import ENV_NAMES
 
 if TYPE_CHECKING:
@@ -26,12 +27,19 @@ if TYPE_CHECKING:
 SPLITS = ("train", "dev", "test")
 MAX_VARIATION_CHOICES = 200
 SCIENCEWORLD_NOTE = (
-    "**ScienceWorld with the embedded 135M model.** It plays valid actions (it picks among the step's "
-    "valid actions) and writes tips, but it rarely scores: a side-by-side pair usually ends with both "
-    "columns at the same low score and few useful tips, and one pair takes minutes on a CPU. For what "
-    "memory and distillation change, start with the **Lesson** tab (trap env)."
+    "**ScienceWorld with the embedded 135M model.** {actions} and writes tips, but it rarely scores: a "
+    "side-by-side pair usually ends with both columns at the same low score and few useful tips, and one "
+    "pair takes minutes on a CPU. For what memory and distillation change, start with the **Lesson** tab (trap env)."
 )
-"""Shown in the Episodes tab while a ScienceWorld session is open with the embedded model."""
+"""Shown in the Episodes tab while a ScienceWorld session is open with the embedded model; `{actions}`
+is what its decoding (`NOTE_ACTIONS`) lets it play."""
+NOTE_ACTIONS = {
+    "constrained": "It plays valid actions (its sampling is restricted to the step's valid actions)",
+    "action": "It plays valid actions (it draws one of the step's valid actions)",
+    "free": "It writes its actions as free text, so many are not valid (ScienceWorld answers \"No known "
+            "action matches that input.\" and the step is lost)",
+}  # fmt: skip
+"""What the note says the model plays, per `policy.decoding`."""
 
 
 # ---- form choices ---------------------------------------------------------------------------------
@@ -79,15 +87,35 @@ def checkpoint_choices(studio: Studio, run_id: str) -> list[tuple[str, str]]:
     return [("current weights", "current")] + [(f"iteration {it}", str(path)) for it, path in found]
 
 
+def check_checkpoint(studio: Studio, run_id: str, checkpoint: str | None) -> None:
+    """ValueError naming `checkpoint` and the valid ones unless it is None, "" or one of
+    `checkpoint_choices` (so a bad pick is refused before a job starts)."""
+    valid = [path for _, path in checkpoint_choices(studio, run_id)]
+    if checkpoint not in (None, "", *valid):
+        raise ValueError(f"unknown checkpoint {checkpoint!r} of session {run_id!r}; valid: {', '.join(valid)}")
+
+
 def session_line(studio: Studio, run_id: str) -> str:
     """What the form plays: the session's env, task, training variations and step limit."""
     env = studio.session(run_id).config.env
     limit = env.step_limit
     if limit is None:
         limit = f"the task's ({studio.meta_env(env.name).step_limit(env.task)})"
-    variations = ", ".join(map(str, env.variations)) if env.variations else "the first 5 of the train split"
-    return (f"Plays session `{run_id}`'s env **{env.name}** · its task `{env.task}` · training variations "
-            f"{variations} · step limit {limit}")  # fmt: skip
+    offered = variation_choices(studio, env.name, env.task, "train", run_id)  # what the dropdown offers
+    trained = list(env.variations) or offered[:PAPER_TRAIN_VARIATIONS]
+    if offered == trained:
+        variations = f"training variations {_listed(offered)}"
+    else:
+        variations = f"variations {_listed(offered)} of the train split (training uses {_listed(trained)})"
+    return (f"Plays session `{run_id}`'s env **{env.name}** · its task `{env.task}` · {variations} · "
+            f"step limit {limit}")  # fmt: skip
+
+
+def _listed(numbers: list[int]) -> str:
+    """"0–23" for a run of three or more consecutive numbers, else "0, 1" / "2, 5, 9"."""
+    if len(numbers) >= 3 and numbers == list(range(numbers[0], numbers[-1] + 1)):
+        return f"{numbers[0]}–{numbers[-1]}"
+    return ", ".join(map(str, numbers))
 
 
 def embedded_model(studio: Studio) -> bool:
@@ -98,7 +126,8 @@ def embedded_model(studio: Studio) -> bool:
 def model_note(studio: Studio, run_id: str) -> Any:
     """The ScienceWorld note (visible) for a ScienceWorld session on the embedded model, else hidden."""
     show = session_env(studio, run_id) == "scienceworld" and embedded_model(studio)
-    return gr.Markdown(SCIENCEWORLD_NOTE if show else "", visible=show)
+    note = SCIENCEWORLD_NOTE.format(actions=NOTE_ACTIONS[studio.model.policy_config.decoding]) if show else ""
+    return gr.Markdown(note, visible=show)
 
 
 # ---- running a pair ---------------------------------------------------------------------------------
@@ -122,13 +151,18 @@ def start_side_by_side(
     if split not in SPLITS:
         raise ValueError(f"split must be one of {list(SPLITS)}, got {split!r}")
     valid = studio.meta_env(own).variations(task, split)
-    if int(variation) not in valid:
+    try:
+        variation = whole_number(variation, "variation")
+    except ValueError as exc:
+        raise ValueError(f"{exc}; valid in the {split} split of {task}: {valid[0]}…{valid[-1]}") from None
+    if variation not in valid:
         raise ValueError(f"{task} has no variation {variation} in the {split} split; valid: {valid[0]}…{valid[-1]}")
     temperature = float(temperature)
     if not 0.0 < temperature <= 10.0:
         raise ValueError(f"temperature must be in (0, 10], got {temperature}")
-    kwargs = dict(run_id=run_id, env_name=own, task=task, variation=int(variation), split=split,
-                  seed=int(seed), temperature=temperature, checkpoint=checkpoint)
+    check_checkpoint(studio, run_id, checkpoint)
+    kwargs = dict(run_id=run_id, env_name=own, task=task, variation=variation, split=split,
+                  seed=whole_number(seed, "seed", 0), temperature=temperature, checkpoint=checkpoint)
     job = studio.jobs.start("episodes", lambda j: workers.side_by_side(studio, j, **kwargs),
                             label=f"side by side {task} v{variation}", run_id=run_id)
     return jp.started(job)
@@ -137,7 +171,7 @@ def start_side_by_side(
 def side_by_side_view(data: dict[str, Any]) -> tuple[str, str, Any]:
     """(naive column html, memory column html, score chart) from a side-by-side job's data."""
     naive_steps, memory_steps = data.get("naive", []), data.get("memory", [])
-    finished = data.get("episodes") or (None, None)
+    finished = data.get("episodes") or data.get("played") or (None, None)
     header = data.get("header", "")
     fig = figures.episode_scores_figure(
         {"naive": [s.score for s in naive_steps], "memory": [s.score for s in memory_steps]}

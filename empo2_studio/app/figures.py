@@ -189,4 +189,16 @@ def compare_runs_figure(runs: Mapping[str, Sequence[Mapping[str, object]]], key:
         xs, ys = _points(rows, key)
         fig.add_trace(_line(xs, ys, run_id, i))
     y_range = [-5, 105] if is_rate(key) else (SCORE_RANGE if key.endswith("score_mean") else None)
-    return _layout(fig, f"Compare runs: {key}", "iteration", f"{key} (%)" if is_rate(key) else key, y_range=y_range)
+    fig = _layout(fig, f"Compare runs: {key}", "iteration", f"{key} (%)" if is_rate(key) else key, y_range=y_range)
+    ys = [float(y) for trace in fig.data for y in (trace.y or ()) if _is_number(y)]
+    if ys and y_range is None and all(y.is_integer() for y in ys):  # a count (episodes, tips): whole ticks
+        fig.update_yaxes(tickmode="linear", tick0=0, dtick=whole_tick_step(max(ys) - min(ys)), tickformat="d")
+    return fig.update_layout(showlegend=bool(fig.data))  # the run's name even when it is the only line
+
+
+def whole_tick_step(span: float, ticks: int = 5) -> int:
+    """The smallest of 1, 2, 5, 10, 20, 50, … that splits `span` into at most about `ticks` steps."""
+    step = 1
+    while span / step > ticks:
+        step = step * 5 // 2 if str(step)[0] == "2" else step * 2
+    return step

@@ -59,6 +59,27 @@ def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+def kept_on_refusal(outputs: int) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator for a handler that redraws shown data (a table and its selection): a refused input
+    (`refused`, e.g. from `user_errors`) shows a toast titled "Refused" (`gr.Warning`) and leaves all
+    `outputs` components as they were (`gr.skip()` each) instead of Gradio's red error badges."""
+
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return fn(*args, **kwargs)
+            except gr.Error as exc:
+                if exc.title != REFUSED:
+                    raise
+                gr.Warning(exc.message, title=REFUSED)
+                return (gr.skip(),) * outputs
+
+        return wrapper
+
+    return decorate
+
+
 def model_status(studio: Studio) -> tuple[str, Any]:
     """Banner polled at start-up: (markdown, timer) while the model is being prepared."""
     jobs = [j for j in studio.jobs.jobs() if j.kind == "model"]

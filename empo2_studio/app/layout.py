@@ -33,8 +33,8 @@ START = (
     "**Start here: the Lesson tab** (the first tab) shows the method on the trap env: an agent fails, "
     "curated tips rescue it, distillation makes it succeed without them. **Episodes** plays one naive and "
     "one memory episode of the open session side by side; **Tips**, **Train**, **Race**, **Adapt** and "
-    "**Sessions** go further. ScienceWorld is one click away (right); the embedded 135M model plays "
-    "valid actions there but rarely scores."
+    "**Sessions** go further. ScienceWorld is one click away (right); the embedded 135M model rarely "
+    "scores there (the Episodes tab says what it plays)."
 )
 
 
@@ -70,7 +70,9 @@ def build_blocks(studio: Studio) -> gr.Blocks:
         parts = [banner_refresh(studio, session_md), ep["refresh"], tr["refresh"], ad["refresh"], tips["refresh"],
                  race["refresh"]]  # fmt: skip
         refresh, refresh_outputs = page_refresh(parts)
-        switched, switched_outputs = page_refresh([*parts, ep["clear"]])  # one event: the form and its pair together
+        # a switch also renews the Sessions list: the session may have just been created
+        switched, switched_outputs = page_refresh([*parts, ses["refresh"], ep["clear"]])  # one event: form and pair
+        created, created_outputs = page_refresh([*parts, ses["refresh"]])
         demo.load(refresh, [run_id], refresh_outputs)
         demo.load(ses["listing"][0], [run_id], ses["listing"][1])
         # Episodes played elsewhere (Episodes tab, CLI) become distillable: list them when Train opens.
@@ -82,7 +84,7 @@ def build_blocks(studio: Studio) -> gr.Blocks:
         # Opening a session (Sessions tab, the start panel, a Train start that made one) switches this
         # browser's run id, then every tab follows it; the Episodes tab drops the previous session's pair.
         ses["opened"](switched, switched_outputs)
-        tr["switched"](refresh, refresh_outputs)
+        tr["switched"](created, created_outputs)
         opened = to_sw.click(partial(open_env_session, studio, "scienceworld"), None, [run_id, tabs])
         opened.success(switched, [run_id], switched_outputs)
         # A reloaded page picks up the work still running on its session (its timer starts polling).

@@ -147,4 +147,11 @@ def build_sessions_tab(studio: Studio, run_id: gr.State) -> dict[str, Any]:
     def on_opened(fn: Callable[[str], list[Any]], outputs: list[Any]) -> None:
         opened.success(fn, [run_id], outputs)
 
-    return {"opened": on_opened, "listing": (listing, [table, pick, runs])}
+    def refresh(rid: str) -> dict[Any, Any]:
+        """A session switch (or one created from the page): the list with it, picked; the compare
+        selection is kept."""
+        frame = sessions_frame(studio)
+        ids = list(frame["run_id"])
+        return {table: frame, pick: gr.Dropdown(choices=ids, value=rid), runs: gr.Dropdown(choices=ids)}
+
+    return {"opened": on_opened, "listing": (listing, [table, pick, runs]), "refresh": (refresh, [table, pick, runs])}

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 import gradio as gr
 import pandas as pd
 
-from empo2_studio.app.handlers import refused, user_errors, whole_number
+from empo2_studio.app.handlers import kept_on_refusal, refused, user_errors, whole_number
 from empo2_studio.envs import make_env
 
 if TYPE_CHECKING:
@@ -27,6 +27,9 @@ DATATYPES = ["str", "str", "number", "str", "number", "bool", "str", "bool", "st
 EDITABLE = ("text", "score", "enabled")
 STATIC_COLUMNS = [i for i, c in enumerate(COLUMNS) if c not in EDITABLE]
 ALL = "(all)"
+COLUMN_WIDTHS = ["80px", "140px", "100px", "35%", "72px", "92px", "88px", "84px", "108px"]
+"""Widths of `COLUMNS`: fixed pixels wide enough for each header on one line (a share of the page let
+"variation" wrap letter by letter), the rest of the row to the text."""
 
 
 def _frame(rows: Sequence[tuple[Any, float | None]]) -> pd.DataFrame:
@@ -87,6 +90,21 @@ def search_tips(studio: Studio, run_id: str, query: str, task: str | None) -> tu
     found = studio.store(run_id).search(query.strip(), limit=50, **kw)
     frame = _frame(found)
     return frame, _selection(frame), f"{len(found)} tip(s) most similar to {query.strip()!r}"
+
+
+@kept_on_refusal(5)
+def filter_table(studio: Studio, run_id: str, *filters: Any) -> tuple[Any, ...]:
+    """The Filter button / filter boxes: (table, shown frame, selection, versions, status) under the
+    filters (`list_tips`' order); a refused filter value leaves all five as they were ("Refused" toast)."""
+    frame, sel, msg = list_tips(studio, run_id, *filters)
+    return frame, frame, sel, version_choices(studio, run_id), msg
+
+
+@kept_on_refusal(4)
+def search_table(studio: Studio, run_id: str, query: str, task: str | None) -> tuple[Any, ...]:
+    """The Search button: (table, shown frame, selection, status); a refused query leaves them as they were."""
+    frame, sel, msg = search_tips(studio, run_id, query, task)
+    return frame, frame, sel, msg
 
 
 def _selection(frame: pd.DataFrame) -> Any:
@@ -255,7 +273,7 @@ def build_tips_tab(studio: Studio, run_id: gr.State) -> dict[str, Any]:
         search = gr.Button("Search", elem_id="tips-search")
     status = gr.Markdown(elem_id="tips-status")
     table = gr.Dataframe(headers=COLUMNS, datatype=DATATYPES, interactive=True, static_columns=STATIC_COLUMNS,
-                         wrap=True, column_widths=["8%", "12%", "6%", "44%", "7%", "7%", "8%", "6%", "6%"],
+                         wrap=True, column_widths=COLUMN_WIDTHS,
                          label="Tips (edit text, score, enabled inline; changes are saved at once)",
                          elem_id="tips-table", max_height=420)
     shown = gr.State(pd.DataFrame(columns=COLUMNS))
@@ -297,18 +315,12 @@ def build_tips_tab(studio: Studio, run_id: gr.State) -> dict[str, Any]:
         # keeps the status line: it reports the action that caused the reload
         event.then(reload, filters, listing, show_progress="hidden")
 
-    def reload_with_count(*args: Any) -> tuple[Any, ...]:
-        frame, sel, msg = show(*args)
-        return frame, frame, sel, version_choices(studio, args[0]), msg
-
+    reload_with_count = partial(filter_table, studio)
     refresh.click(reload_with_count, filters, [*listing, status])
     for box in (f_task, f_origin, f_enabled):
         box.input(reload_with_count, filters, [*listing, status])
 
-    def do_search(rid: str, q: str, task: str) -> tuple[Any, ...]:
-        frame, sel, msg = search_tips(studio, rid, q, task)
-        return frame, frame, sel, msg
-
+    do_search = partial(search_table, studio)
     search.click(do_search, [run_id, query, f_task], [table, shown, selected, status])
     query.submit(do_search, [run_id, query, f_task], [table, shown, selected, status])
 

@@ -110,6 +110,12 @@ def start_distill(studio: Studio, run_id: str, episode_ids: Sequence[str] | None
     if not episode_ids:
         raise ValueError("pick at least one memory episode to distill")
     ids = list(episode_ids)
+    valid = [episode_id for _, episode_id in distill_choices(studio, run_id)]
+    unknown = [i for i in ids if i not in valid]
+    if unknown:
+        shown = ", ".join(valid[:5]) + (f" … ({len(valid)} in all)" if len(valid) > 5 else "")
+        raise ValueError(f"not a memory episode of session {run_id!r}: {', '.join(map(repr, unknown))}; "
+                         f"valid: {shown or 'none yet (play a memory episode first)'}")  # fmt: skip
     job = studio.jobs.start("distill", lambda j: workers.distill(studio, j, run_id=run_id, episode_ids=ids),
                             label=f"distill {len(ids)} episode(s)", run_id=run_id)
     return jp.started(job)

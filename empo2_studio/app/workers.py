@@ -33,7 +33,8 @@ def side_by_side(
 ) -> tuple[Any, Any]:
     """Play a naive and a memory episode at once, stream their steps, save both to the session.
 
-    `job.data`: "naive"/"memory" → list[Step] as they happen; "episodes" → (naive, memory) at the end.
+    `job.data`: "naive"/"memory" → list[Step] as they happen; "played" → (naive, memory) once both
+    episodes have ended (before their tips are written); "episodes" → the saved (naive, memory) at the end.
     The pair is saved with a shared `group_id` ("side-…") so the Episodes tab can reopen it.
     Stop: the two episodes play to their end (the rollout has no mid-episode exit), then the tip
     writing is skipped; the episodes are still saved.
@@ -58,6 +59,7 @@ def side_by_side(
         envs, policy, store, task=task, variation=variation, split=split, seed=seed,
         temperature=temperature, on_step=on_step, write_tips=False, keep_caches=True,
     )  # fmt: skip
+    job.update(played=(naive, memory))  # both columns say "finished" while the tips are written
     # Reflection is a separate phase so the UI can say what the model is doing meanwhile, and so a
     # Stop pressed while the episodes play (they cannot be cut mid-run) skips it.
     if job.stop_requested:
