@@ -1,4 +1,5 @@
-"""The studio's plotly figures as dicts: styles per arm / side / mode, units, ticks, empty charts."""
+"""The Lesson's and the Race's plotly figures as dicts: styles per arm, units, ticks, empty charts
+(the other tabs' figures: tests/test_app_figures.py)."""
 
 from __future__ import annotations
 
@@ -34,17 +35,11 @@ def test_race_arms_differ_in_colour_marker_and_dash_and_rates_are_percent():
 
 
 def test_empty_charts_say_no_data_yet():
-    empties = [
-        charts.race_figure({}), charts.race_figure({"EMPO2": [], "GRPO": []}), charts.lesson_figure([]),
-        charts.episode_scores_figure({}), charts.episode_scores_figure({"naive": [], "memory": []}),
-        charts.metrics_figure([], [], "Losses"), charts.adapt_figure([]), charts.compare_runs_figure({}, "loss/policy"),
-        *charts.train_figures([]),
-    ]  # fmt: skip
+    empties = [charts.race_figure({}), charts.race_figure({"EMPO2": [], "GRPO": []}), charts.lesson_figure([])]
     for fig in empties:
         assert _annotations(fig) == ["no data yet"], fig.layout.title.text
         assert fig.to_dict()["layout"]["xaxis"]["showticklabels"] is False
     assert _annotations(charts.race_figure({"EMPO2": _rows([0.0])})) == []
-    assert _annotations(charts.episode_scores_figure({"naive": [0.0]})) == []
 
 
 def test_lesson_chart_is_percent_with_stage_titles():
@@ -54,19 +49,3 @@ def test_lesson_chart_is_percent_with_stage_titles():
     assert list(fig["data"][0]["y"]) == [0.0, 93.75] and fig["data"][0]["text"][1] == "15/16 won · score 90"
     assert fig["layout"]["yaxis"]["ticksuffix"] == "%" and fig["layout"]["yaxis"]["title"]["text"] == "success rate (%)"
     assert fig["data"][0]["marker"]["color"][0] != fig["data"][0]["marker"]["color"][1]
-
-
-def test_step_axes_tick_whole_numbers_and_sides_differ():
-    fig = charts.episode_scores_figure({"naive": [0, 0, 10], "memory": [0, 0, 10]}).to_dict()
-    naive, memory = fig["data"]
-    assert naive["marker"]["symbol"] != memory["marker"]["symbol"] and naive["line"]["dash"] != memory["line"]["dash"]
-    assert naive["line"]["color"] != memory["line"]["color"]
-    assert (fig["layout"]["xaxis"]["dtick"], fig["layout"]["xaxis"]["tick0"]) == (1, 1)  # no tick at 1.5 or 2.5
-    assert fig["layout"]["yaxis"]["range"] == [-105, 105] and fig["layout"]["yaxis"]["dtick"] == 50  # a flat line at 10 stays readable
-    long_run = charts.compare_runs_figure({"a": [{"iteration": i, "x": 1.0} for i in range(1, 200)]}, "x").to_dict()
-    assert long_run["layout"]["xaxis"]["tickformat"] == "d" and "dtick" not in long_run["layout"]["xaxis"]
-    modes = charts.score_by_mode_figure([{"iteration": 1, "rollout/score_mean": 1.0, "rollout/update_mode": 0.0},
-                                         {"iteration": 2, "rollout/score_mean": 1.0, "rollout/update_mode": 2.0}])
-    assert len({t.marker.symbol for t in modes.data}) == len({t.marker.color for t in modes.data}) == 2
-    runs = charts.compare_runs_figure({"a": _rows([1.0]), "b": _rows([1.0])}, "rollout/score_mean")
-    assert runs.data[0].marker.symbol != runs.data[1].marker.symbol

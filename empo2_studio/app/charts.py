@@ -1,42 +1,22 @@
-"""Plotly figures of the studio: episode scores, training metrics, adaptation trials, run comparison.
+"""Plotly figures of the Lesson and the Race (the other tabs' figures are in `app/figures.py`).
 
 Pure functions from plain lists/dicts to `plotly.graph_objects.Figure`; no Gradio, no model.
-Scores are on the −100 … 100 scale, success rates in % on every chart. Each side / mode / arm has its
+Scores are on the −100 … 100 scale, success rates in %. Each stage / arm has its
 own colour, marker and dash, so coinciding lines stay visible; axes of iterations, steps and trials
 tick at whole numbers; a chart with nothing to draw says "no data yet".
 """
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping, Sequence
+from typing import Mapping, Sequence
 
 import plotly.graph_objects as go
 
-from empo2_studio.types import UPDATE_MODES
-
-# One style per side / mode / arm: a colour, a marker and a dash, so lines that coincide stay
-# distinguishable (an open marker drawn larger around a filled one) and a grey-scale print still reads.
-SIDE_COLOURS = {"naive": "#6b7280", "memory": "#2563eb"}
-SIDE_MARKERS = {"naive": ("circle", 9, "dash"), "memory": ("square-open", 13, "solid")}
-MODE_COLOURS = {"on-policy": "#6b7280", "on-policy-with-tips": "#16a34a", "off-policy": "#2563eb"}
-MODE_MARKERS = {"on-policy": "circle", "on-policy-with-tips": "diamond", "off-policy": "square"}
-LINE_MARKERS = ("circle", "square-open", "diamond", "triangle-up-open", "x", "star-open")
-"""Markers for charts with one line per key / run, in order."""
-LINE_DASHES = ("solid", "dash", "dot", "dashdot")
 EMPTY_TEXT = "no data yet"
 SCORE_AXIS = {"range": [-105, 105], "tick0": -100, "dtick": 50}
 """Every score axis: the env's whole −100 … 100 scale, so a flat line does not zoom into 24.5 … 25.5."""
 INTEGER_TICKS_UP_TO = 30
 """Axes of iterations, steps or trials get a tick at every whole number up to this span."""
-
-# The training panels: title -> metric-key predicates. Keys follow the trainer's namespaced metrics
-# (rollout/…, loss/…, ratio/…, mask/…, memory/…); a panel plots every key it matches.
-TRAIN_PANELS: dict[str, tuple[str, ...]] = {
-    "Losses": ("loss/",),
-    "Clip fraction": ("ratio/clip",),
-    "Masked fraction": ("mask/",),
-    "Tips in memory": ("memory/",),
-}
 
 
 def _layout(fig: go.Figure, title: str, x_title: str, y_title: str, *, height: int = 300) -> go.Figure:
@@ -73,111 +53,13 @@ def _finish(fig: go.Figure, *, integer_x: bool = True) -> go.Figure:
     return fig
 
 
-def episode_scores_figure(scores: Mapping[str, Sequence[float]]) -> go.Figure:
-    """Running score after each step, one line per side ("naive", "memory"); x = step (1-based)."""
-    fig = go.Figure()
-    for side, ys in scores.items():
-        symbol, size, dash = SIDE_MARKERS.get(side, ("circle", 9, "solid"))
-        fig.add_trace(
-            go.Scatter(
-                x=list(range(1, len(ys) + 1)), y=list(ys), mode="lines+markers", name=side,
-                line={"color": SIDE_COLOURS.get(side), "dash": dash}, marker={"symbol": symbol, "size": size},
-            )
-        )  # fmt: skip
-    return _finish(_layout(fig, "Running score", "step", "score (−100…100)").update_yaxes(**SCORE_AXIS))
-
-
 def _is_number(v: object) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-def metric_keys(rows: Iterable[Mapping[str, object]], prefixes: Sequence[str]) -> list[str]:
-    """Numeric keys of `rows` starting with any of `prefixes`, in first-seen order."""
-    keys: dict[str, None] = {}
-    for row in rows:
-        for k, v in row.items():
-            if _is_number(v) and any(k.startswith(p) for p in prefixes):
-                keys.setdefault(k, None)
-    return list(keys)
 
 
 def _x(row: Mapping[str, object], i: int) -> float:
     it = row.get("iteration")
     return float(it) if _is_number(it) else float(i + 1)
-
-
-def metrics_figure(rows: Sequence[Mapping[str, object]], keys: Sequence[str], title: str) -> go.Figure:
-    """One line per key against the row's "iteration" (rows missing a key leave a gap)."""
-    fig = go.Figure()
-    for k, key in enumerate(keys):
-        pts = [(_x(r, i), float(r[key])) for i, r in enumerate(rows) if _is_number(r.get(key))]
-        fig.add_trace(go.Scatter(x=[p[0] for p in pts], y=[p[1] for p in pts], mode="lines+markers", name=key,
-                                 marker={"symbol": LINE_MARKERS[k % len(LINE_MARKERS)], "size": 9},
-                                 line={"dash": LINE_DASHES[k % len(LINE_DASHES)]}))  # fmt: skip
-    return _finish(_layout(fig, title, "iteration", ""))
-
-
-MODE_NAMES = UPDATE_MODES
-"""`rollout/update_mode` codes of the trainer's metrics rows: 0, 1, 2."""
-
-
-def _mode_of(row: Mapping[str, object]) -> str:
-    code = row.get("rollout/update_mode")
-    if _is_number(code) and 0 <= int(code) < len(MODE_NAMES):
-        return MODE_NAMES[int(code)]
-    return "other"
-
-
-def score_by_mode_figure(rows: Sequence[Mapping[str, object]], score_key: str = "rollout/score_mean") -> go.Figure:
-    """Mean rollout score per iteration, one colour per update mode (`rollout/update_mode` code)."""
-    fig = go.Figure()
-    by_mode: dict[str, list[tuple[float, float]]] = {}
-    for i, r in enumerate(rows):
-        if _is_number(r.get(score_key)):
-            by_mode.setdefault(_mode_of(r), []).append((_x(r, i), float(r[score_key])))
-    for mode, pts in by_mode.items():
-        fig.add_trace(
-            go.Scatter(
-                x=[p[0] for p in pts], y=[p[1] for p in pts], mode="markers+lines", name=mode,
-                marker={"color": MODE_COLOURS.get(mode), "size": 10, "symbol": MODE_MARKERS.get(mode, "x")},
-                line={"dash": "dot", "color": MODE_COLOURS.get(mode)},
-            )
-        )  # fmt: skip
-    return _finish(_layout(fig, "Score by update mode", "iteration", "score (−100…100)").update_yaxes(**SCORE_AXIS))
-
-
-def train_figures(rows: Sequence[Mapping[str, object]], score_key: str = "rollout/score_mean") -> list[go.Figure]:
-    """The Train tab's panels: score by mode, then one figure per `TRAIN_PANELS` entry (training and
-    distillation rows only; evaluation/adaptation rows share the file but not these charts)."""
-    rows = [r for r in rows if r.get("kind", "train") in ("train", "distill")]
-    figs = [score_by_mode_figure(rows, score_key)]
-    for title, prefixes in TRAIN_PANELS.items():
-        figs.append(metrics_figure(rows, metric_keys(rows, prefixes), title))
-    return figs
-
-
-def adapt_figure(trials: Sequence[Mapping[str, float]], score_key: str = "adapt/score_mean") -> go.Figure:
-    """Score per adaptation trial; trial 0 is the no-memory baseline, drawn as a dashed line."""
-    fig = go.Figure()
-    xs = list(range(len(trials)))
-    ys = [float(t.get(score_key, 0.0)) for t in trials]
-    fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines+markers", name="with memory",
-                             line={"color": SIDE_COLOURS["memory"]}, marker={"symbol": "square-open", "size": 11}))
-    if ys:
-        fig.add_trace(go.Scatter(x=[0, max(xs[-1], 1)], y=[ys[0], ys[0]], mode="lines",
-                                 name="trial 0 (no memory)", line={"color": SIDE_COLOURS["naive"], "dash": "dash"}))
-    return _finish(_layout(fig, "Adaptation: score per trial", "trial", "score (−100…100)").update_yaxes(**SCORE_AXIS))
-
-
-def compare_runs_figure(runs: Mapping[str, Sequence[Mapping[str, object]]], key: str) -> go.Figure:
-    """One line per run of metric `key` against iteration."""
-    fig = go.Figure()
-    for k, (run_id, rows) in enumerate(runs.items()):
-        pts = [(_x(r, i), float(r[key])) for i, r in enumerate(rows) if _is_number(r.get(key))]
-        fig.add_trace(go.Scatter(x=[p[0] for p in pts], y=[p[1] for p in pts], mode="lines+markers", name=run_id,
-                                 marker={"symbol": LINE_MARKERS[k % len(LINE_MARKERS)], "size": 9},
-                                 line={"dash": LINE_DASHES[k % len(LINE_DASHES)]}))  # fmt: skip
-    return _finish(_layout(fig, f"Compare runs: {key}", "iteration", key))
 
 
 LESSON_COLOURS = {"naive": "#9ca3af", "memory": "#2563eb", "naive_again": "#16a34a"}
