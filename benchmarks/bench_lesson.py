@@ -185,7 +185,7 @@ def part_distill(args, policy, embedder, root: Path, warm: list[torch.Tensor]) -
         te_before, _ = naive_rate(test_vs, 0)
         # As the Lesson plays them: no training group, so Distill measures the memory episodes against the
         # naive ones of their variation (Trainer.distill). In a group of their own, memory episodes that
-        # all succeed have every advantage 0 and distil nothing (v3 warm start: 1.00 success, P unmoved).
+        # all succeed have every advantage 0 and distil nothing (with the shipped warm start: 1.00 success, P unmoved).
         memory_eps = [ep for v in train_vs for ep in play(policy, trainer.store, task, v, "memory", args.episodes, seed * 1000 + v + 1, args.step_limit, args.temperature, group_id="")]
         session.append_episodes(naive_eps + memory_eps)
         mem_rate = sum(ep.won for ep in memory_eps) / len(memory_eps)

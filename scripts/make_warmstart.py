@@ -101,7 +101,7 @@ def failed_record(task: str, variation: int, rng: random.Random) -> str:
         res = env.step(rng.choice(decoys))
         steps.append((res.action, res.reward, res.observation.text))
     # No guessed "Next time" room: beside the informative note this one must say nothing to follow (and
-    # v3 was trained before record lines guessed a room for an unseen target).
+    # the shipped adapter was trained before record lines guessed a room for an unseen target).
     return record_line(obs.task_description, steps, guess=False)
 
 
