@@ -44,13 +44,10 @@ from empo2_studio.config import (  # noqa: E402
 )
 from empo2_studio.memory import make_embedder  # noqa: E402
 from empo2_studio.policy import load_policy  # noqa: E402
+from empo2_studio.race import ARMS, reads_tips  # noqa: E402
 from empo2_studio.sessions import Session, default_sessions_root  # noqa: E402
 from empo2_studio.trainer import Trainer  # noqa: E402
 
-ARMS = {
-    "EMPO2": {"rollout": {}, "algo": {}},
-    "GRPO": {"rollout": {"p_memory": 0.0}, "algo": {"intrinsic_coef": 0.0}},
-}
 
 
 def trap_config(arm: str, seed: int, args: argparse.Namespace) -> RunConfig:
@@ -102,6 +99,7 @@ def run_trap(args: argparse.Namespace, root: Path, embedder, policy, save) -> di
                     p.copy_(p0)
             session = Session.create(root, cfg)
             trainer = Trainer(cfg, session, policy=policy, embedder=embedder)
+            trainer.write_tips = reads_tips(cfg)  # GRPO spends no compute on tips it never reads
             t0 = time.perf_counter()
             rows: list[dict] = []
             results[arm][seed] = {"rows": rows, "eval": {}, "eval_start": start_eval, "time": 0.0, "evals": []}
@@ -272,6 +270,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--decoding", default="constrained", choices=DECODINGS, help="policy.decoding, both arms")
     ap.add_argument("--choice-norm", default="word", choices=CHOICE_NORMS, help="action decoding's normalisation")
     ap.add_argument("--choice-pmi", action="store_true", help="action decoding: PMI calibration")
+    ap.add_argument("--threads", type=int, default=2,
+                    help="torch threads (1 for two processes side by side, e.g. one per arm; see --merge)")
     ap.add_argument("--sw-task", default="find-living-thing")
     ap.add_argument("--sw-iterations", type=int, default=2)
     ap.add_argument("--sw-group-size", type=int, default=2)
@@ -280,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-scienceworld", action="store_true")
     ap.add_argument("--root", type=Path, default=None, help="sessions root (default: $EMPO2_SESSIONS_DIR or ./sessions)")
     args = ap.parse_args(argv)
-    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+    torch.set_num_threads(max(1, min(args.threads, os.cpu_count() or 1)))
     root = (args.root or default_sessions_root()) / time.strftime("bench_learning-%Y%m%d-%H%M%S")
     root.mkdir(parents=True, exist_ok=True)
     embedder = make_embedder("minilm")

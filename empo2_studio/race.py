@@ -16,13 +16,16 @@ novelty bonus): the paper's GRPO baseline on the same code path. An arm that nev
 reflection, so the race compares equal work per iteration apart from what EMPO² needs.
 
 `Race.step` reports each arm's iteration as soon as that arm has finished it (`on_arm`), so a page
-shows the rows as they are computed.
+shows the rows as they are computed. With `eval_every`, `Race.run` also plays the paper's memory-free
+test evaluation (`Trainer.evaluate`: every test layout, no tips, the eval temperature) before the first
+iteration, every `eval_every` iterations and after the last; `race_verdict` says in one sentence who
+won and by how much (the paper's claim, §4.1: EMPO²'s memory-free policy ahead of GRPO's).
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -109,6 +112,9 @@ class Race:
         """Each arm's metrics per iteration (the trainer's report metrics, plus "iteration")."""
         self.loaded: str | None = None
         """The arm whose weights the policy holds now."""
+        self.evals: dict[str, list[dict[str, float]]] = {arm: [] for arm in self.trainers}
+        """Each arm's memory-free test evaluations: {"iteration", "eval/success_rate" (0…1),
+        "eval/score_mean" (−100…100), "eval/episodes", …} in order."""
 
     @classmethod
     def create(
@@ -171,6 +177,24 @@ class Race:
                 on_arm(arm, report)
         return reports
 
+    def evaluate(self, on_eval: Callable[[str, dict[str, float]], None] | None = None) -> dict[str, dict[str, float]]:
+        """Memory-free test evaluation of every arm at the current iteration (`Trainer.evaluate`);
+        returns arm → its row (also appended to `self.evals`). Before the first iteration every arm
+        holds the same weights and the same evaluation seed, so they are evaluated once (in the first
+        arm's session) and the row is given to each. `on_eval(arm, row)` runs per arm."""
+        if self.iteration == 0:
+            first = self.use(next(iter(self.trainers))).evaluate()
+            results = {arm: dict(first) for arm in self.trainers}
+        else:
+            results = {arm: self.use(arm).evaluate() for arm in self.trainers}
+        out = {}
+        for arm, result in results.items():
+            out[arm] = {"iteration": self.iteration, **{k: float(v) for k, v in result.items()}}
+            self.evals[arm].append(out[arm])
+            if on_eval is not None:
+                on_eval(arm, out[arm])
+        return out
+
     def run(
         self,
         iterations: int,
@@ -179,15 +203,27 @@ class Race:
         on_iteration: Callable[[int, dict[str, Any]], None] | None = None,
         on_phase: Callable[[str, str], None] | None = None,
         on_arm: Callable[[str, Any], None] | None = None,
+        eval_every: int = 0,
+        on_eval: Callable[[str, dict[str, float]], None] | None = None,
     ) -> int:
         """Up to `iterations` interleaved iterations; a stop request takes effect after the current
         one (both arms always have played the same number). Saves every arm's checkpoint at the end.
-        `on_arm` as in `step`. Returns the iterations run."""
+        `on_arm` as in `step`. With `eval_every` ≥ 1: `evaluate` before the first iteration, after
+        every `eval_every`-th and after the last (`on_eval` as there; a stopped race skips the last).
+        Returns the iterations run.
+
+        Raises:
+            ValueError: `iterations` < 1 or `eval_every` < 0 (or not whole numbers).
+        """
         if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
             raise ValueError(f"iterations must be a whole number ≥ 1, got {iterations!r}")
+        if isinstance(eval_every, bool) or not isinstance(eval_every, int) or eval_every < 0:
+            raise ValueError(f"eval_every must be a whole number ≥ 0 (0 = no evaluation), got {eval_every!r}")
         done = 0
         self.loaded = None  # the policy may have been used by others since: always load the first arm
         try:
+            if eval_every and self.iteration == 0:
+                self.evaluate(on_eval)
             for _ in range(iterations):
                 if stop is not None and stop.is_set():
                     break
@@ -195,6 +231,8 @@ class Race:
                 done += 1
                 if on_iteration is not None:
                     on_iteration(done, reports)
+                if eval_every and (self.iteration % eval_every == 0 or done == iterations):
+                    self.evaluate(on_eval)
         finally:
             if done:
                 self.save_checkpoints()
@@ -226,5 +264,36 @@ def arm_rows_summary(rows: Mapping[str, list[Mapping[str, Any]]]) -> list[list[A
     return sorted(out, key=lambda x: (x[0], x[1]))
 
 
+def race_verdict(evals: Mapping[str, Sequence[Mapping[str, Any]]], labels: Mapping[str, str] | None = None) -> str:
+    """One sentence on who won: each arm's memory-free test success at the last evaluated iteration
+    that every arm reached, averaged over the rows there (one per seed). "" before any evaluation
+    after iteration 0.
+
+    Args:
+        evals: arm → evaluation rows {"iteration", "eval/success_rate" (0…1), optionally "seed"}.
+        labels: display names per arm (default `ARM_LABELS`).
+    """
+    labels = {**ARM_LABELS, **(labels or {})}
+    common = set.intersection(*({int(r["iteration"]) for r in rows} for rows in evals.values())) if evals else set()
+    common.discard(0)
+    if len(evals) < 2 or not common:
+        return ""
+    at = max(common)
+    rates = {}
+    for arm, rows in evals.items():
+        values = [float(r["eval/success_rate"]) for r in rows if int(r["iteration"]) == at]
+        rates[arm] = sum(values) / len(values)
+    seeds = len([r for r in next(iter(evals.values())) if int(r["iteration"]) == at])
+    tail = f"mean of {seeds} seeds" if seeds > 1 else "one seed"
+    (best, b), (runner, r) = sorted(rates.items(), key=lambda kv: -kv[1])[:2]
+    if abs(b - r) < 1e-9:
+        return (f"A tie: after {at} iterations both arms solve {b:.0%} of the unseen test layouts without "
+                f"memory ({tail}).")  # fmt: skip
+    ratio = f", {b / r:.1f}×" if r > 0 else ""
+    return (f"{labels.get(best, best)} won: after {at} iterations it solves {b:.0%} of the unseen test layouts "
+            f"without memory, against {labels.get(runner, runner)}'s {r:.0%} (+{100 * (b - r):.0f} points{ratio}; "
+            f"{tail}).")  # fmt: skip
+
+
 __all__ = ["ARMS", "ARM_LABELS", "Race", "arm_config", "arm_rows_summary", "free_race_ids", "load_lora_state",
-           "lora_state", "reads_tips"]  # fmt: skip
+           "lora_state", "race_verdict", "reads_tips"]  # fmt: skip

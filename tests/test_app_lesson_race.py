@@ -15,6 +15,7 @@ from empo2_studio.app import race_tab as rc
 from empo2_studio.app.jobs import Job
 from empo2_studio.app.studio import Studio
 from empo2_studio.lesson import STAGES, StageResult, VariationRow, curated_tip
+from empo2_studio.race import race_verdict
 
 RUN = "studio"
 TASK = "trap-light-bulb"
@@ -107,16 +108,44 @@ def test_race_runs_both_arms_and_leaves_the_studio_consistent(studio):
         rc.start_race(studio, RUN, 1, 1, 3)
     trainer = studio.trainer(RUN)
     trainer.step()  # unsaved progress of the session's trainer: the race checkpoints it first
-    job_id, status, timer, seen = rc.start_race(studio, RUN, 1, 2, 2)
-    job = studio.jobs.wait(job_id, 300)
+    for bad, match in [((0, 1), "evaluate every must be a whole number ≥ 0, got -1"),
+                       ((1, 0), "seeds must be a whole number ≥ 1, got 0"), ((1, 11), "seeds must be 1 … 10, got 11")]:
+        with pytest.raises(gr.Error, match=match):
+            rc.start_race(studio, RUN, 1, 2, 2, "open", bad[0] - 1 if bad[0] == 0 else bad[0], bad[1])
+    # two seeds, evaluated before the first iteration and after it (every 1)
+    job_id, status, timer, seen = rc.start_race(studio, RUN, 1, 2, 2, "open", 1, 2)
+    job = studio.jobs.wait(job_id, 600)
     assert job.status == "done", job.error
-    assert job.data["sessions"] == {"EMPO2": f"{RUN}-race-empo2", "GRPO": f"{RUN}-race-grpo"}
-    status, fig, table, timer, version = rc.poll_race(studio, job_id, -1)
-    assert "[done]" in status and len(fig.data) == 4 and list(table["arm"]) == ["EMPO²", "GRPO"]
+    assert job.data["sessions"] == {"EMPO2": [f"{RUN}-race-empo2", f"{RUN}-race2-empo2"],
+                                    "GRPO": [f"{RUN}-race-grpo", f"{RUN}-race2-grpo"]}
+    seed = studio.session(RUN).config.seed
+    evals = job.data["evals"]
+    assert [(r["seed"], r["iteration"]) for r in evals["GRPO"]] == [(seed, 0), (seed, 1), (seed + 1, 0), (seed + 1, 1)]
+    assert all(r["eval/episodes"] == 12 * studio.session(RUN).config.train.eval_repeats for r in evals["EMPO2"])
+    status, fig, table, verdict, timer, version = rc.poll_race(studio, job_id, -1)
+    assert "[done]" in status and list(table["arm"]) == ["EMPO²", "GRPO"] * 2
+    assert list(table["seed"]) == [seed, seed, seed + 1, seed + 1]
+    assert verdict == f"**{race_verdict(evals)}**" and "after 1 iterations" in verdict and "mean of 2 seeds" in verdict
+    assert job.data["verdict"] in job.message
+    # per arm: training success, training score, the seeds' band and the test success
+    assert len(fig.data) == 8 and [t.fill for t in fig.data].count("toself") == 2
     assert {e.rollout_mode for e in studio.session(f"{RUN}-race-grpo").episodes()} == {"naive"}
     assert studio.loaded_adapter is None
     assert studio.session(RUN).latest_checkpoint()[0] == 1
     assert studio.trainer(RUN).iteration == 1  # rebuilt from its checkpoint
+
+
+def test_the_race_table_keeps_each_row_with_its_seed():
+    def row(seed, it, success):
+        return {"seed": seed, "iteration": it, "rollout/success_rate": success, "rollout/score_mean": 0.0}
+
+    rows = {"EMPO2": [row(0, 1, 0.25), row(0, 2, 0.5), row(1, 1, 0.75), row(1, 2, 1.0)], "GRPO": [row(0, 1, 0.0), row(1, 1, 0.125)]}
+    fig, table, verdict = rc.race_view({"rows": rows, "evals": {}})
+    assert [list(r[:5]) for r in table.values] == [
+        [0, 1, "EMPO²", "?", "25%"], [0, 1, "GRPO", "?", "0%"], [0, 2, "EMPO²", "?", "50%"],
+        [1, 1, "EMPO²", "?", "75%"], [1, 1, "GRPO", "?", "12%"], [1, 2, "EMPO²", "?", "100%"],
+    ] and verdict == ""
+    assert rc.race_view({"rows": {}, "verdict": "EMPO² won: …"})[2] == "**EMPO² won: …**"
 
 
 class RecordingJob(Job):
@@ -162,11 +191,19 @@ def test_race_rows_appear_per_arm_and_a_scienceworld_session_races_a_trap_copy(s
     sw_cfg = studio_cfg.with_overrides(env={"name": "scienceworld", "task": "power-component", "variations": ()})
     sw = studio.create_session(replace(sw_cfg, run_id="sw")).dir.name
     base, cfg = rc.race_target(studio, sw)
-    assert (base, cfg.env.name, cfg.env.task, cfg.env.variations) == ("sw-trap", "trap", rc.RACE_TRAP_TASK, (0, 1))
+    assert (base, cfg.env.name, cfg.env.task, cfg.env.variations, cfg.env.step_limit) == (
+        "sw-trap", "trap", "trap-light-bulb-fixed", (0, 1, 2, 3, 4), 8)
+    assert (cfg.rollout.group_size, cfg.rollout.variations_per_iteration, cfg.train.learning_rate) == (8, 1, 1e-3)
     assert rc.race_target(studio, sw, "open") == ("sw", studio.session(sw).config)
-    assert rc.race_target(studio, RUN) == (RUN, studio.session(RUN).config)  # a trap session races itself
-    assert "embedded 135M model" in rc.race_note(studio, sw) and rc.race_note(studio, RUN) == ""
-    assert [v for _, v in rc.target_choices(studio, sw)] == ["trap", "open"]
+    # the open trap session plays the search family: "auto" races the fixed-family copy, "open" itself
+    assert rc.race_target(studio, RUN)[0] == f"{RUN}-trap" and rc.race_target(studio, RUN)[1].env.task == rc.RACE_TRAP_TASK
+    assert rc.race_target(studio, RUN, "open") == (RUN, studio.session(RUN).config)
+    fixed_cfg = replace(studio.session(RUN).config.with_overrides(env={"task": "trap-water-plant-fixed"}), run_id="fx")
+    fixed = studio.create_session(fixed_cfg).dir.name
+    assert rc.race_target(studio, fixed) == (fixed, studio.session(fixed).config)  # a fixed-family session races itself
+    assert rc.race_note(studio, fixed) == "" and [v for _, v in rc.target_choices(studio, fixed)] == ["open"]
+    assert "embedded 135M model" in rc.race_note(studio, sw) and "search family" in rc.race_note(studio, RUN)
+    assert [v for _, v in rc.target_choices(studio, sw)] == [v for _, v in rc.target_choices(studio, RUN)] == ["trap", "open"]
     with pytest.raises(ValueError, match="unknown race target 'mars'"):
         rc.race_target(studio, sw, "mars")
 
@@ -176,13 +213,14 @@ def test_race_rows_appear_per_arm_and_a_scienceworld_session_races_a_trap_copy(s
     real_create = rc.Race.create
     rc.Race.create = lambda *a, **k: (lambda r: (race_ref.append(weakref.ref(r)), r)[1])(real_create(*a, **k))
     try:
-        rows = rc.run_race_job(studio, job, run_id="sw-trap", cfg=cfg, iterations=1)
+        result = rc.run_race_job(studio, job, run_id="sw-trap", cfg=cfg, iterations=1)
     finally:
         rc.Race.create = real_create
     messages = job.messages
     counts = [{a: len(r) for a, r in d["rows"].items()} for d in job.seen if "rows" in d]
     assert {"EMPO2": 1, "GRPO": 0} in counts  # EMPO²'s row before GRPO has finished
-    assert counts[-1] == {"EMPO2": 1, "GRPO": 1} and set(rows) == {"EMPO2", "GRPO"}
+    assert counts[-1] == {"EMPO2": 1, "GRPO": 1} and set(result["rows"]) == {"EMPO2", "GRPO"}
+    assert result["evals"] == {"EMPO2": [], "GRPO": []} and result["verdict"] == ""  # no evaluation asked for
     assert "sw-trap-race-grpo" in job.message and any("elapsed" in m for m in messages)
     gc.collect()
     assert race_ref and race_ref[0]() is None  # nothing of the race (trainers, optimizers, stores) outlives the job

@@ -27,15 +27,37 @@ def test_race_arms_differ_in_colour_marker_and_dash_and_rates_are_percent():
     assert list(empo2["y"]) == list(grpo["y"]) == [50.0, 50.0, 100.0]  # success in %, not 0 … 1
     layout = fig["layout"]
     assert layout["yaxis"]["ticksuffix"] == "%" and layout["yaxis"]["range"] == [-5, 115]
-    assert layout["yaxis"]["title"]["text"] == "success rate (%)"
-    assert layout["yaxis2"]["title"]["text"].startswith("mean score") and layout["yaxis2"]["range"] == [-105, 105]
+    assert layout["yaxis"]["title"]["text"] == "training success (%)"
+    assert layout["yaxis2"]["title"]["text"].startswith("training score") and layout["yaxis2"]["range"] == [-105, 105]
     assert layout["xaxis"]["title"]["text"] == layout["xaxis2"]["title"]["text"] == "iteration"
     assert layout["xaxis"]["dtick"] == layout["xaxis2"]["dtick"] == 1 and layout["xaxis"]["tick0"] == 1
     assert _annotations(charts.race_figure({"EMPO2": same})) == []  # no subplot title under the chart title
 
 
+def test_race_evaluations_average_the_seeds_and_band_their_spread():
+    # two seeds of training rows (the same iterations): the lines are their means
+    rows = {"EMPO2": [*_rows([0.0, 0.5]), *_rows([1.0, 0.5])], "GRPO": _rows([0.0, 0.0])}
+    evals = {
+        "EMPO2": [{"iteration": 0, "eval/success_rate": 0.0, "seed": 0}, {"iteration": 0, "eval/success_rate": 0.0, "seed": 1},
+                  {"iteration": 10, "eval/success_rate": 0.25, "seed": 0}, {"iteration": 10, "eval/success_rate": 0.75, "seed": 1}],
+        "GRPO": [{"iteration": 0, "eval/success_rate": 0.0, "seed": 0}, {"iteration": 10, "eval/success_rate": 0.125, "seed": 0}],
+    }
+    fig = charts.race_figure(rows, {"EMPO2": "EMPO²"}, evals).to_dict()
+    by_axis = {}
+    for t in fig["data"]:
+        by_axis.setdefault(t.get("xaxis", "x"), []).append(t)
+    assert [list(t["y"]) for t in by_axis["x"]] == [[50.0, 50.0], [0.0, 0.0]]  # EMPO² (0+100)/2, (50+50)/2
+    empo2_band, empo2_eval, grpo_eval = by_axis["x3"]  # one seed of GRPO: no band
+    assert empo2_band["fill"] == "toself" and list(empo2_band["y"]) == [0.0, 75.0, 25.0, 0.0]  # highest, then lowest back
+    assert list(empo2_band["x"]) == [0, 10, 10, 0] and empo2_band["showlegend"] is False
+    assert list(empo2_eval["y"]) == [0.0, 50.0] and list(grpo_eval["y"]) == [0.0, 12.5]
+    assert fig["layout"]["yaxis3"]["title"]["text"] == "test success, no memory (%)"
+    assert fig["layout"]["yaxis3"]["ticksuffix"] == "%"
+
+
 def test_empty_charts_say_no_data_yet():
-    empties = [charts.race_figure({}), charts.race_figure({"EMPO2": [], "GRPO": []}), charts.lesson_figure([])]
+    empties = [charts.race_figure({}), charts.race_figure({"EMPO2": [], "GRPO": []}), charts.lesson_figure([]),
+               charts.race_figure({}, evals={})]
     for fig in empties:
         assert _annotations(fig) == ["no data yet"], fig.layout.title.text
         assert fig.to_dict()["layout"]["xaxis"]["showticklabels"] is False

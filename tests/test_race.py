@@ -7,7 +7,9 @@ import torch
 
 from empo2_studio.config import EnvConfig, MemoryConfig, RolloutConfig, RunConfig, TrainConfig
 from empo2_studio.memory import make_embedder
-from empo2_studio.race import ARMS, Race, arm_config, arm_rows_summary, free_race_ids, load_lora_state, lora_state
+from empo2_studio.race import (
+    ARMS, Race, arm_config, arm_rows_summary, free_race_ids, load_lora_state, lora_state, race_verdict,
+)
 from empo2_studio.sessions import Session
 from empo2_studio.trainer import Trainer
 
@@ -116,3 +118,37 @@ def test_each_arm_reports_its_row_as_soon_as_it_finishes(tmp_path, tiny_policy):
     table = arm_rows_summary(race.rows)
     assert [row[:2] for row in table] == [[1, "EMPO²"], [1, "GRPO"], [2, "EMPO²"], [2, "GRPO"]]
     assert all(row[3].endswith("%") and 0 <= int(row[3][:-1]) <= 100 for row in table)  # success in %
+
+
+def _evals(rates: dict[int, list[float]]) -> list[dict]:
+    return [{"iteration": it, "eval/success_rate": r, "seed": s} for it, rs in rates.items() for s, r in enumerate(rs)]
+
+
+def test_the_verdict_names_the_winner_by_its_last_common_evaluation():
+    # EMPO² at 30: (0.5 + 0.25 + 0.375) / 3 = 0.375; GRPO (0.125 + 0 + 0.125) / 3 = 0.0833 → +29 points, 4.5×
+    evals = {"EMPO2": _evals({0: [0, 0, 0], 30: [0.5, 0.25, 0.375], 40: [1.0, 1.0, 1.0]}),
+             "GRPO": _evals({0: [0, 0, 0], 30: [0.125, 0.0, 0.125]})}
+    assert race_verdict(evals) == ("EMPO² won: after 30 iterations it solves 38% of the unseen test layouts without "
+                                   "memory, against GRPO's 8% (+29 points, 4.5×; mean of 3 seeds).")
+    tie = {"EMPO2": _evals({0: [0.0], 10: [0.0]}), "GRPO": _evals({0: [0.0], 10: [0.0]})}
+    assert race_verdict(tie) == "A tie: after 10 iterations both arms solve 0% of the unseen test layouts without memory (one seed)."
+    grpo_ahead = {"EMPO2": _evals({5: [0.0]}), "GRPO": _evals({5: [0.5]})}
+    assert race_verdict(grpo_ahead).startswith("GRPO won: after 5 iterations it solves 50%") and "×" not in race_verdict(grpo_ahead)
+    assert race_verdict({"EMPO2": _evals({0: [0.0]}), "GRPO": _evals({0: [0.0]})}) == ""  # only the start: no verdict yet
+    assert race_verdict({"EMPO2": _evals({10: [0.5]})}) == "" and race_verdict({}) == ""
+
+
+def test_evaluations_before_the_first_every_n_and_after_the_last(tmp_path, tiny_policy):
+    cfg = race_cfg().with_overrides(train={"eval_variations": 1, "eval_repeats": 1})
+    race = Race.create(tmp_path, cfg, policy=tiny_policy, embedder=make_embedder("hash"), run_id="v")
+    seen: list[tuple[str, int]] = []
+    with pytest.raises(ValueError, match="eval_every must be a whole number ≥ 0"):
+        race.run(1, eval_every=-1)
+    assert race.run(3, eval_every=2, on_eval=lambda arm, row: seen.append((arm, row["iteration"]))) == 3
+    race.close()
+    assert seen == [("EMPO2", 0), ("GRPO", 0), ("EMPO2", 2), ("GRPO", 2), ("EMPO2", 3), ("GRPO", 3)]
+    assert race.evals["EMPO2"][0] == race.evals["GRPO"][0]  # the shared start is evaluated once
+    for arm, trainer in race.trainers.items():
+        evals = [r for r in trainer.session.metrics() if r.get("kind") == "eval"]
+        assert [r["iteration"] for r in evals] == ([0, 2, 3] if arm == "EMPO2" else [2, 3])
+        assert all(0.0 <= r["eval/success_rate"] <= 1.0 and r["eval/episodes"] == 1 for r in race.evals[arm])

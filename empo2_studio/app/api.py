@@ -155,11 +155,12 @@ def register(studio: Studio) -> None:
 
     @user_errors
     def race(run_id: str, iterations: int = 1, group_size: int = 2, step_limit: int = 4, target: RaceTarget = "auto",
-             wait: bool = True, timeout_s: float = 3600.0) -> dict[str, Any]:  # fmt: skip
-        """EMPO² vs GRPO from the same starting weights; `target` "auto" races a trap session itself and a
-        ScienceWorld session's trap copy ("open": the open session whatever its env, "trap": the trap
-        copy). Returns the job and, once done, each arm's rows."""
-        job_id = rc.start_race(studio, run_id, iterations, group_size, step_limit, target)[0]
+             eval_every: int = 0, seeds: int = 1, wait: bool = True, timeout_s: float = 3600.0) -> dict[str, Any]:  # fmt: skip
+        """EMPO² vs GRPO from the same starting weights, once per seed (1 … 10); `target` "auto" races a
+        fixed-family trap session itself and anything else on a trap copy on the fixed family ("open": the
+        open session, "trap": the copy). `eval_every` > 0: memory-free test evaluations. Returns the job
+        and, once done, each arm's rows (with their seed), evaluations and the verdict sentence."""
+        job_id = rc.start_race(studio, run_id, iterations, group_size, step_limit, target, eval_every, seeds)[0]
         return {"job": job_json(_await(studio, job_id, wait, timeout_s))}
 
     @user_errors

@@ -92,25 +92,64 @@ RACE_MARKERS = {"EMPO2": ("circle", 8, "solid"), "GRPO": ("square-open", 14, "da
 both arms stay visible when their lines coincide."""
 
 
-def race_figure(rows: Mapping[str, Sequence[Mapping[str, object]]], labels: Mapping[str, str] | None = None) -> go.Figure:
-    """The race: success rate in % (left) and mean score (right) per iteration, one style per arm.
+RACE_BAND_ALPHA = 0.15
+
+
+def _band_colour(hex_colour: str | None) -> str:
+    h = (hex_colour or "#6b7280").lstrip("#")
+    r, g, b = (int(h[i : i + 2], 16) for i in (0, 2, 4))
+    return f"rgba({r},{g},{b},{RACE_BAND_ALPHA})"
+
+
+def _over_seeds(rows: Sequence[Mapping[str, object]], key: str, scale: float) -> list[tuple[float, float, float, float, int]]:
+    """(x, mean, lowest, highest, how many) of `key` × `scale` per iteration, over the rows there (one per seed)."""
+    points: dict[float, list[float]] = {}
+    for i, r in enumerate(rows):
+        if _is_number(r.get(key)):
+            points.setdefault(_x(r, i), []).append(scale * float(r[key]))  # type: ignore[arg-type]
+    return [(x, sum(v) / len(v), min(v), max(v), len(v)) for x, v in sorted(points.items())]
+
+
+def race_figure(
+    rows: Mapping[str, Sequence[Mapping[str, object]]],
+    labels: Mapping[str, str] | None = None,
+    evals: Mapping[str, Sequence[Mapping[str, object]]] | None = None,
+) -> go.Figure:
+    """The race, one style per arm: training rollouts' success rate in % and mean score per
+    iteration; with `evals` (arm → `Race.evals` rows), a third panel: the memory-free test success in %
+    at every evaluation. Rows of several seeds (same "iteration") are averaged; where ≥ 2 seeds
+    evaluated, a shaded band spans the lowest to the highest seed.
 
     The panels are named by their y-axis titles (no subplot titles to collide with the chart title)."""
     from plotly.subplots import make_subplots
 
-    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.12)
-    for arm, arm_rows in rows.items():
+    panels = [(1, "rollout/success_rate", 100.0, rows), (2, "rollout/score_mean", 1.0, rows)]
+    if evals is not None:
+        panels.append((3, "eval/success_rate", 100.0, evals))
+    fig = make_subplots(rows=1, cols=len(panels), horizontal_spacing=0.08 if evals is not None else 0.12)
+    arms = list(dict.fromkeys([*rows, *(evals or {})]))
+    for arm in arms:
         name = (labels or {}).get(arm, arm)
+        colour = RACE_COLOURS.get(arm)
         symbol, size, dash = RACE_MARKERS.get(arm, ("diamond", 10, "dot"))
-        for col, key, scale in ((1, "rollout/success_rate", 100.0), (2, "rollout/score_mean", 1.0)):
-            pts = [(_x(r, i), scale * float(r[key])) for i, r in enumerate(arm_rows) if _is_number(r.get(key))]
+        for col, key, scale, source in panels:
+            pts = _over_seeds(source.get(arm, ()), key, scale)
+            if col == 3 and any(n >= 2 for *_, n in pts):
+                fig.add_trace(go.Scatter(
+                    x=[p[0] for p in pts] + [p[0] for p in reversed(pts)], y=[p[3] for p in pts] + [p[2] for p in reversed(pts)],
+                    mode="lines", fill="toself", fillcolor=_band_colour(colour), line={"width": 0}, hoverinfo="skip",
+                    name=f"{name}: lowest–highest seed", legendgroup=arm, showlegend=False,
+                ), row=1, col=col)  # fmt: skip
             fig.add_trace(go.Scatter(
                 x=[p[0] for p in pts], y=[p[1] for p in pts], mode="lines+markers", name=name, legendgroup=arm,
-                showlegend=col == 1, line={"color": RACE_COLOURS.get(arm), "dash": dash},
-                marker={"symbol": symbol, "size": size, "line": {"width": 2, "color": RACE_COLOURS.get(arm)}},
+                showlegend=col == 1, line={"color": colour, "dash": dash},
+                marker={"symbol": symbol, "size": size, "line": {"width": 2, "color": colour}},
             ), row=1, col=col)  # fmt: skip
-    fig = _layout(fig, "EMPO² vs GRPO: training rollouts per iteration", "", "", height=340)
+    title = "EMPO² vs GRPO: training rollouts" + (" and memory-free test success" if evals is not None else " per iteration")
+    fig = _layout(fig, title, "", "", height=340)
     fig.update_xaxes(title_text="iteration")
-    fig.update_yaxes(title_text="success rate (%)", row=1, col=1, **PERCENT_AXIS)
-    fig.update_yaxes(title_text="mean score (−100…100)", row=1, col=2, **SCORE_AXIS)
+    fig.update_yaxes(title_text="training success (%)", row=1, col=1, **PERCENT_AXIS)
+    fig.update_yaxes(title_text="training score (−100…100)", row=1, col=2, **SCORE_AXIS)
+    if evals is not None:
+        fig.update_yaxes(title_text="test success, no memory (%)", row=1, col=3, **PERCENT_AXIS)
     return _finish(fig)

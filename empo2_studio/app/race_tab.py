@@ -7,13 +7,19 @@ weights are swapped between iterations. Stop acts after the current iteration (b
 have played the same number); each arm's checkpoint is saved at the end. Each arm's row appears as
 soon as that arm finishes an iteration, with the elapsed and expected time of the race.
 
-What it races: the open session when it is a trap session; otherwise (a ScienceWorld session, where
-the embedded model rarely scores and both arms tend to tie) a trap copy of its config on
-`RACE_TRAP_TASK`, unless the form asks for the open session.
+What it races by default: the benchmark race's setting (`RACE_ENV`, docs/benchmarks/learning.md), the
+trap's fixed family, where every layout hides the target in the same room and what varies is which
+object to act on — the structure of the paper's tasks. The open session is raced itself when it is
+already such a session, or when the form asks for it. With several seeds the arms are raced once per
+seed (seed, seed + 1, …, each pair from the same starting weights); with "evaluate every" > 0 each
+arm's memory-free test success is measured before the first iteration, every so many iterations and
+after the last, drawn with its spread over the seeds, and a finished race says who won
+(`race.race_verdict`).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -29,18 +35,32 @@ from empo2_studio.app.lesson_tab import measured_rates
 from empo2_studio.config import EMBEDDED_MODEL, EnvConfig
 from empo2_studio.lesson import Eta, minutes_text
 from empo2_studio.lesson.timing import rate
-from empo2_studio.race import ARM_LABELS, ARMS, Race, arm_rows_summary, lora_state
+from empo2_studio.envs.trap import TrapEnv
+from empo2_studio.race import ARM_LABELS, ARMS, Race, arm_rows_summary, lora_state, race_verdict
 
 if TYPE_CHECKING:
     from empo2_studio.app.studio import Studio
 
 JOB_KIND = "race"
-TABLE_HEADERS = ["iteration", "arm", "update mode", "success rate", "mean score", "tips written", "seconds"]
-RACE_TRAP_TASK = "trap-light-bulb"
-"""The task of the trap race offered when the open session is not a trap session."""
+TABLE_HEADERS = ["seed", "iteration", "arm", "update mode", "success rate", "mean score", "tips written", "seconds"]
+RACE_ENV = EnvConfig(name="trap", task="trap-light-bulb-fixed", variations=(0, 1, 2, 3, 4), step_limit=8)
+"""The race's default setting, as in the benchmark race: the fixed family's first 5 training layouts, one
+per iteration, step limit 8."""
+RACE_TRAP_TASK = RACE_ENV.task
+RACE_LEARNING_RATE = 1e-3
+"""The LoRA learning rate of a race on the trap copy (the benchmark race's; the session's own rate
+is kept when it races itself)."""
+RACE_FORM = {"iterations": 60, "group_size": 8, "eval_every": 10, "seeds": 1}
+"""The form's defaults: the benchmark race for one seed (about 45 min on a 2-core CPU)."""
+MAX_SEEDS = 10
 TARGETS = ("auto", "open", "trap")
-"""What the race plays: "open" the open session's config, "trap" a trap copy of it on
-`RACE_TRAP_TASK`, "auto" the open session when it is a trap session, else the trap copy."""
+"""What the race plays: "open" the open session's config, "trap" a copy of it on `RACE_ENV`, "auto"
+the open session when it is a fixed-family trap session, else the trap copy."""
+
+
+def races_itself(cfg: Any) -> bool:
+    """Whether "auto" races a session of `cfg` itself: a trap session of the fixed family."""
+    return cfg.env.name == "trap" and TrapEnv().family(cfg.env.task) == "fixed"
 
 
 def race_target(studio: Studio, run_id: str, target: str | None = "auto") -> tuple[str, Any]:
@@ -53,24 +73,35 @@ def race_target(studio: Studio, run_id: str, target: str | None = "auto") -> tup
     if target not in TARGETS:
         raise ValueError(f"unknown race target {target!r}; valid: {list(TARGETS)}")
     cfg = studio.session(run_id).config
-    if target == "open" or cfg.env.name == "trap":  # a trap session races itself
+    if target == "open" or (target == "auto" and races_itself(cfg)):
         return run_id, cfg
-    env = EnvConfig(name="trap", task=RACE_TRAP_TASK, variations=(0, 1))
-    return f"{run_id}-trap", cfg.with_overrides(env={"name": env.name, "task": env.task, "variations": env.variations,
-                                                    "step_limit": None, "simplification": env.simplification})  # fmt: skip
+    env = RACE_ENV
+    return f"{run_id}-trap", cfg.with_overrides(
+        env={"name": env.name, "task": env.task, "variations": env.variations, "step_limit": env.step_limit,
+             "simplification": env.simplification},
+        rollout={"group_size": RACE_FORM["group_size"], "variations_per_iteration": 1},
+        train={"learning_rate": RACE_LEARNING_RATE},
+    )  # fmt: skip
 
 
 def race_note(studio: Studio, run_id: str) -> str:
-    """What to expect from racing the open session (empty for a trap session)."""
+    """What to expect from racing the open session (empty for a fixed-family trap session)."""
     cfg = studio.session(run_id).config
-    if cfg.env.name == "trap":
+    if races_itself(cfg):
         return ""
+    copy = (f"The race therefore runs on a trap copy of its config: `{RACE_TRAP_TASK}`, training layouts "
+            f"{RACE_ENV.variations[0]}–{RACE_ENV.variations[-1]}, step limit {RACE_ENV.step_limit}, lr "
+            f"{RACE_LEARNING_RATE:g} (the [benchmark race](docs/benchmarks/learning.md)), where the bulb is always in "
+            "the workshop and what varies is which bulb: the structure of the paper's tasks. Pick *the open "
+            "session* to race it anyway.")  # fmt: skip
+    if cfg.env.name == "trap":
+        return (f"**The open session plays the trap's search family** (`{cfg.env.task}`): its test layouts hide the "
+                "target in rooms training never used, so a memory-free policy must search, a question the "
+                f"paper's tasks never ask. {copy}")  # fmt: skip
     model = "the embedded 135M model" if cfg.policy.model == EMBEDDED_MODEL else f"`{cfg.policy.model}`"
     return (f"**The open session is a {cfg.env.name} session** (`{run_id}`, task `{cfg.env.task}`). With {model} "
             "episodes there rarely score, so both arms usually tie (the lines coincide) and one iteration takes "
-            "minutes per arm on a CPU. The race therefore runs on a trap copy of its config "
-            f"(`{RACE_TRAP_TASK}`, variations 0–1), where EMPO²'s memory makes a difference within a few "
-            "iterations; pick *the open session* to race it anyway.")  # fmt: skip
+            f"minutes per arm on a CPU. {copy}")  # fmt: skip
 
 
 def race_config(studio: Studio, run_id: str, iterations: Any, group_size: Any, step_limit: Any,
@@ -86,63 +117,123 @@ def race_config(studio: Studio, run_id: str, iterations: Any, group_size: Any, s
 
 
 def race_defaults(studio: Studio, run_id: str) -> tuple[int, int, Any]:
-    """(iterations, group size, step limit) shown for the session: 2 iterations, the group size and
-    step limit of what "auto" races (`race_target`)."""
+    """(iterations, group size, step limit) shown for the session: `RACE_FORM`'s iterations, the group
+    size and step limit of what "auto" races (`race_target`)."""
     cfg = race_target(studio, run_id)[1]
-    return 2, cfg.rollout.group_size, cfg.env.step_limit
+    return RACE_FORM["iterations"], cfg.rollout.group_size, cfg.env.step_limit
 
 
 @user_errors
 def start_race(studio: Studio, run_id: str, iterations: Any, group_size: Any, step_limit: Any,
-               target: str | None = "auto") -> tuple[Any, ...]:  # fmt: skip
-    """Start the race of `target` (`TARGETS`) as a job. Returns `job_panel.started(job)`."""
+               target: str | None = "auto", eval_every: Any = 0, seeds: Any = 1) -> tuple[Any, ...]:  # fmt: skip
+    """Start the race of `target` (`TARGETS`) as a job: `seeds` races (1 … `MAX_SEEDS`), a
+    memory-free evaluation every `eval_every` iterations (0 = none). Returns `job_panel.started(job)`."""
     if studio.jobs.running(JOB_KIND):
         raise ValueError("a race is already running; stop it first")
     cfg = race_config(studio, run_id, iterations, group_size, step_limit, target)
+    every = whole_number(eval_every, "evaluate every", 0)
+    n_seeds = whole_number(seeds, "seeds", 1)
+    if n_seeds > MAX_SEEDS:
+        raise ValueError(f"seeds must be 1 … {MAX_SEEDS}, got {n_seeds}")
     base = race_target(studio, run_id, target)[0]
     studio.check_compatible(cfg)
     n = cfg.train.iterations
-    job = studio.jobs.start(JOB_KIND, lambda j: run_race_job(studio, j, run_id=base, cfg=cfg, iterations=n),
-                            label=f"race EMPO² vs GRPO on {base} ({cfg.env.task})", run_id=run_id)  # fmt: skip
+    job = studio.jobs.start(
+        JOB_KIND, lambda j: run_race_job(studio, j, run_id=base, cfg=cfg, iterations=n, eval_every=every, seeds=n_seeds),
+        label=f"race EMPO² vs GRPO on {base} ({cfg.env.task})", run_id=run_id,
+    )  # fmt: skip
     return jp.started(job)
 
 
-def run_race_job(studio: Studio, job: Job, *, run_id: str, cfg: Any, iterations: int) -> dict[str, list[dict]]:
-    """Job body: both arms from the untrained adapter, `iterations` interleaved iterations;
-    `job.data["rows"]` = arm → metrics rows so far (updated as soon as an arm finishes an
-    iteration), `job.data["sessions"]` = arm → run id. Nothing of the race outlives the job but
-    its rows (the arms' trainers, optimizers and tip stores are released when it returns)."""
+def run_race_job(studio: Studio, job: Job, *, run_id: str, cfg: Any, iterations: int, eval_every: int = 0,
+                 seeds: int = 1) -> dict[str, Any]:  # fmt: skip
+    """Job body: for each of `seeds` seeds (cfg.seed, cfg.seed + 1, …) both arms from the untrained
+    adapter, `iterations` interleaved iterations, evaluated every `eval_every` (`Race.run`).
+    `job.data`: "rows" = arm → metrics rows so far with their "seed" (updated as soon as an arm finishes
+    an iteration), "evals" = arm → evaluation rows with their "seed", "sessions" = arm → run ids, and
+    at the end "verdict" (`race_verdict`, "" without evaluations). Returns {"rows", "evals", "verdict"}.
+    Nothing of a race outlives the job but its rows (trainers, optimizers and tip stores are released
+    after each seed)."""
     job.update(message="preparing the model")
     policy = studio.fresh_policy()
-    race = None
+    initial = lora_state(policy)
+    rows: dict[str, list[dict]] = {arm: [] for arm in ARMS}
+    evals: dict[str, list[dict]] = {arm: [] for arm in ARMS}
+    sessions: dict[str, list[str]] = {arm: [] for arm in ARMS}
+    per_iteration = cfg.rollout.group_size * cfg.rollout.variations_per_iteration
+    eta: Eta | None = None
     try:
-        race = Race.create(studio.root, cfg, policy=policy, embedder=studio.embedder(), run_id=run_id,
-                           initial_state=lora_state(policy))  # fmt: skip
-        sessions = {arm: t.session.run_id for arm, t in race.trainers.items()}
-        eta = Eta(iterations * len(race.trainers), iteration_prior(studio, cfg))
-        job.update(sessions=sessions, rows={arm: [] for arm in ARMS},
-                   message=f"iteration 1 of {iterations} · sessions " + ", ".join(sessions.values()))
-
-        def on_phase(arm: str, line: str, race: Race = race) -> None:
-            job.update(message=f"iteration {race.iteration + 1} of {iterations} · {ARM_LABELS.get(arm, arm)} · {line} · {eta.line()}")
-
-        def on_arm(arm: str, report: Any, race: Race = race) -> None:
-            eta.finished()
-            m = report.metrics
-            job.update(progress=eta.done / eta.units, rows={a: list(r) for a, r in race.rows.items()},
-                       message=f"{ARM_LABELS.get(arm, arm)} finished iteration {report.iteration} of {iterations}: "
-                               f"success {m.get('rollout/success_rate', 0):.0%}, score {m.get('rollout/score_mean', 0):.1f}"
-                               f" · {eta.line()}")  # fmt: skip
-
-        done = race.run(iterations, stop=job.stop_event, on_phase=on_phase, on_arm=on_arm)
-        job.update(message=f"{done} iteration(s) per arm in {minutes_text(eta.elapsed)} · checkpoints saved in "
-                           + ", ".join(sessions.values()))  # fmt: skip
-        return {a: list(r) for a, r in race.rows.items()}
+        for k in range(seeds):
+            if job.stop_event.is_set():
+                break
+            seed = cfg.seed + k
+            race = Race.create(studio.root, replace(cfg, seed=seed), policy=policy, embedder=studio.embedder(),
+                               run_id=run_id, initial_state=initial)  # fmt: skip
+            try:
+                for arm, t in race.trainers.items():
+                    sessions[arm].append(t.session.run_id)
+                if eta is None:  # in episodes: an evaluation plays every test layout × repeats
+                    n_eval = eval_episodes(race, cfg)
+                    evals_per_seed = 0 if not eval_every else 1 + len(ARMS) * (-(-iterations // eval_every))
+                    units = seeds * (len(ARMS) * iterations * per_iteration + evals_per_seed * n_eval)
+                    per_episode = iteration_prior(studio, cfg)
+                    eta = Eta(units, (per_episode[0] / per_iteration, per_episode[1]))
+                job.update(sessions={a: list(v) for a, v in sessions.items()}, rows=_copy(rows), evals=_copy(evals),
+                           message=f"seed {seed}: iteration 1 of {iterations} · sessions " + ", ".join(
+                               t.session.run_id for t in race.trainers.values()))  # fmt: skip
+                _run_one_seed(job, race, eta, seed=seed, seeds=(cfg.seed, seeds), iterations=iterations,
+                              eval_every=eval_every, rows=rows, evals=evals, n_eval=n_eval, per_iteration=per_iteration)  # fmt: skip
+            finally:
+                race.close()
+                del race
+        verdict = race_verdict({a: e for a, e in evals.items() if e})
+        job.update(verdict=verdict, rows=_copy(rows), evals=_copy(evals),
+                   message=(verdict + " · " if verdict else "") + f"finished in {minutes_text(eta.elapsed if eta else 0.0)}"
+                   " · checkpoints saved in " + ", ".join(r for v in sessions.values() for r in v))  # fmt: skip
+        return {"rows": _copy(rows), "evals": _copy(evals), "verdict": verdict}
     finally:
-        if race is not None:
-            race.close()
-        del race
         studio.fresh_policy()  # leave the shared model as the studio expects it ("fresh")
+
+
+def _copy(by_arm: dict[str, list[dict]]) -> dict[str, list[dict]]:
+    return {a: [dict(r) for r in v] for a, v in by_arm.items()}
+
+
+def _run_one_seed(job: Job, race: Race, eta: Eta, *, seed: int, seeds: tuple[int, int], iterations: int,
+                  eval_every: int, rows: dict[str, list[dict]], evals: dict[str, list[dict]], n_eval: int,
+                  per_iteration: int) -> None:  # fmt: skip
+    """One seed's race, reporting every arm iteration and evaluation into `job` as it ends."""
+    first, count = seeds
+    where = f"seed {seed} ({seed - first + 1} of {count})" if count > 1 else f"seed {seed}"
+
+    def on_phase(arm: str, line: str) -> None:
+        job.update(message=f"{where} · iteration {race.iteration + 1} of {iterations} · {ARM_LABELS.get(arm, arm)} · "
+                           f"{line} · {eta.line()}")  # fmt: skip
+
+    def on_arm(arm: str, report: Any) -> None:
+        eta.finished(per_iteration)
+        m = report.metrics
+        rows[arm].append({"seed": seed, **race.rows[arm][-1]})
+        job.update(progress=eta.done / eta.units, rows=_copy(rows),
+                   message=f"{where} · {ARM_LABELS.get(arm, arm)} finished iteration {report.iteration} of {iterations}: "
+                           f"success {m.get('rollout/success_rate', 0):.0%}, score {m.get('rollout/score_mean', 0):.1f}"
+                           f" · {eta.line()}")  # fmt: skip
+
+    def on_eval(arm: str, row: dict[str, float]) -> None:
+        if row["iteration"] > 0 or arm == next(iter(race.trainers)):  # the shared start is played once
+            eta.finished(n_eval)
+        evals[arm].append({"seed": seed, **row})
+        job.update(progress=eta.done / eta.units, evals=_copy(evals),
+                   message=f"{where} · {ARM_LABELS.get(arm, arm)} without memory at iteration {int(row['iteration'])}: "
+                           f"test success {row['eval/success_rate']:.0%} · {eta.line()}")  # fmt: skip
+
+    race.run(iterations, stop=job.stop_event, on_phase=on_phase, on_arm=on_arm, eval_every=eval_every, on_eval=on_eval)
+
+
+def eval_episodes(race: Race, cfg: Any) -> int:
+    """Episodes one memory-free evaluation plays: test layouts (capped by `train.eval_variations`) × repeats."""
+    env = next(iter(race.trainers.values())).pool.take(1)[0]
+    return min(cfg.train.eval_variations, len(env.variations(cfg.env.task, "test"))) * cfg.train.eval_repeats
 
 
 def iteration_prior(studio: Studio, cfg: Any) -> tuple[float, str]:
@@ -153,35 +244,40 @@ def iteration_prior(studio: Studio, cfg: Any) -> tuple[float, str]:
     return per_episode * episodes, ("from the lesson's episode time" if measured else "rough estimate")
 
 
-def race_view(data: dict[str, Any]) -> tuple[Any, Any]:
-    """(chart, table) from a race job's data."""
+def race_view(data: dict[str, Any]) -> tuple[Any, Any, Any]:
+    """(chart, table, verdict markdown) from a race job's data."""
     rows = data.get("rows", {})
-    frame = pd.DataFrame(arm_rows_summary(rows), columns=TABLE_HEADERS)
-    return charts.race_figure(rows, ARM_LABELS), frame
+    table = [[r.get("seed", ""), *arm_rows_summary({arm: [r]})[0]] for arm, arm_rows in rows.items() for r in arm_rows]
+    frame = pd.DataFrame(sorted(table, key=lambda x: (str(x[0]), x[1], x[2])), columns=TABLE_HEADERS)
+    verdict = data.get("verdict") or ""
+    return charts.race_figure(rows, ARM_LABELS, data.get("evals", {})), frame, f"**{verdict}**" if verdict else ""
 
 
 def poll_race(studio: Studio, job_id: str | None, seen: int) -> tuple[Any, ...]:
-    """Timer tick: (status html, chart, table, timer, seen version)."""
-    return jp.poll(studio.jobs, job_id, seen, 2, lambda job: race_view(job.snapshot()))
+    """Timer tick: (status html, chart, table, verdict, timer, seen version)."""
+    return jp.poll(studio.jobs, job_id, seen, 3, lambda job: race_view(job.snapshot()))
 
 
 INTRO = (
     "**EMPO² vs GRPO.** Two runs from the same untrained weights, trained side by side with interleaved "
-    "iterations: **EMPO²** with this session's config, **GRPO** the same without memory rollouts "
-    "(p = 0) and without the novelty bonus. Each arm has its own session (`<session>-race-empo2`, "
-    "`-race-grpo`: compare them in the Sessions tab) and optimizer; they share the one loaded model, "
-    "whose LoRA weights are swapped between iterations; GRPO never reads tips, so it writes none. "
-    "Stop acts after the current iteration. Each arm's row appears as soon as it finishes an iteration. "
-    "On a CPU with the embedded model an iteration takes minutes: try group 2, step limit 4, 1 iteration."
+    "iterations: **EMPO²** with the raced config, **GRPO** the same without memory rollouts "
+    "(p = 0) and without the novelty bonus; GRPO never reads tips, so it writes none. The claim to check "
+    "is the paper's: after training, EMPO²'s policy *without memory* solves more unseen layouts than GRPO's. "
+    "*Evaluate every* plays every test layout without tips (4 times each, T = 0.4) before the first "
+    "iteration, every so many iterations and after the last: the right-hand panel, with the lowest–highest "
+    "band once several seeds have run. Each arm has its own session (`<session>-race-empo2`, `-race-grpo`, "
+    "`-race2-…` for the next seed: compare them in the Sessions tab). The defaults are the benchmark race for "
+    "one seed, about 45 min on a 2-core CPU; Stop acts after the current iteration."
 )
 
 
 def target_choices(studio: Studio, run_id: str) -> list[tuple[str, str]]:
-    """The "Race on" choices for the open session, as (label, value)."""
+    """The "Race on" choices for the open session, as (label, value): "auto"'s pick first."""
     cfg = studio.session(run_id).config
-    if cfg.env.name == "trap":
-        return [(f"the open session ({run_id}, {cfg.env.task})", "open")]
-    return [(f"a trap copy of it ({RACE_TRAP_TASK})", "trap"), (f"the open session ({run_id}, {cfg.env.name})", "open")]
+    own = (f"the open session ({run_id}, {cfg.env.task})", "open")
+    if races_itself(cfg):
+        return [own]
+    return [(f"a trap copy on the fixed family ({RACE_TRAP_TASK})", "trap"), own]
 
 
 def build_race_tab(studio: Studio, run_id: gr.State) -> dict[str, Any]:
@@ -196,14 +292,19 @@ def build_race_tab(studio: Studio, run_id: gr.State) -> dict[str, Any]:
         iterations = gr.Number(iterations0, label="Iterations", precision=0, elem_id="rc-iterations")
         group = gr.Number(group0, label="Group size N", precision=0, elem_id="rc-group")
         limit = gr.Number(limit0, label="Step limit (blank = the task's)", precision=0, elem_id="rc-step-limit")
+        every = gr.Number(RACE_FORM["eval_every"], label="Evaluate every (iterations; 0 = never)", precision=0,
+                          elem_id="rc-eval-every")  # fmt: skip
+        seeds = gr.Number(RACE_FORM["seeds"], label=f"Seeds (1–{MAX_SEEDS})", precision=0, elem_id="rc-seeds")
+    with gr.Row():
         start = gr.Button("▶ Start the race", variant="primary", elem_id="rc-start")
         stop = gr.Button("■ Stop after this iteration", elem_id="rc-stop")
     panel = JobPanel.create("rc")
-    chart = gr.Plot(value=charts.race_figure({}), show_label=False, elem_id="rc-chart")
+    verdict = gr.Markdown("", elem_id="rc-verdict")
+    chart = gr.Plot(value=charts.race_figure({}, evals={}), show_label=False, elem_id="rc-chart")
     table = gr.Dataframe(headers=TABLE_HEADERS, value=[], interactive=False, label="Per iteration",
                          elem_id="rc-table", max_height=480)  # fmt: skip
-    panel.on_start(start.click, partial(start_race, studio), [run_id, iterations, group, limit, target])
-    panel.on_poll(partial(poll_race, studio), [chart, table])
+    panel.on_start(start.click, partial(start_race, studio), [run_id, iterations, group, limit, target, every, seeds])
+    panel.on_poll(partial(poll_race, studio), [chart, table, verdict])
     panel.on_stop(stop, studio.jobs)
 
     def pick(rid: str, picked: str) -> dict[Any, Any]:

@@ -53,26 +53,34 @@ def test_play_the_lesson(page, studio_url, artifacts):
     page.screenshot(path=str(artifacts / "tab-lesson.png"), full_page=True)
 
 
-@pytest.mark.timeout(300)
-def test_race_draws_both_arms(page, studio_url, artifacts):
+@pytest.mark.timeout(600)
+def test_race_draws_both_arms_their_evaluations_and_a_verdict(page, studio_url, artifacts):
     page.goto(studio_url)
     page.get_by_role("tab", name="Race (EMPO² vs GRPO)").click()
-    page.wait_for_function("document.querySelector('#rc-group input').value === '2'")
+    # the open session plays the search family: the race defaults to the fixed family's benchmark race
+    page.wait_for_function("document.querySelector('#rc-group input').value === '8'")
+    assert page.locator("#rc-target input:checked").input_value() == "trap"
+    assert [page.locator(f"#rc-{k} input").input_value() for k in ("iterations", "eval-every", "seeds", "step-limit")] == ["60", "10", "1", "8"]
+    assert "search family" in page.locator("#rc-note").inner_text()
     empty_note = page.locator("#rc-chart text.annotation-text").first
     empty_note.wait_for(timeout=30_000)
     assert empty_note.text_content() == "no data yet"  # an empty chart says so
-    assert page.locator("#rc-target input:checked").input_value() == "open"  # a trap session races itself
-    page.locator("#rc-iterations input").fill("2")
-    page.locator("#rc-step-limit input").fill("2")
+    for key, value in (("iterations", "2"), ("group", "2"), ("step-limit", "2"), ("eval-every", "1"), ("seeds", "2")):
+        page.locator(f"#rc-{key} input").fill(value)
     page.locator("#rc-start").click()
     try:
-        page.locator("#rc-status").get_by_text(re.compile(r"\[done\]")).wait_for(timeout=120_000)
+        page.locator("#rc-status").get_by_text(re.compile(r"\[done\]")).wait_for(timeout=480_000)
+        page.locator("#rc-verdict").get_by_text(re.compile(r"(won: after 2 iterations|A tie: after 2 iterations)")).wait_for(timeout=30_000)
+        assert "mean of 2 seeds" in page.locator("#rc-verdict").inner_text()
         page.locator("#rc-chart .scatterlayer .trace").first.wait_for(timeout=30_000)
-        assert page.locator("#rc-chart .scatterlayer .trace").count() == 4  # 2 arms × (success, score)
+        # per arm: training success, training score, the seeds' band, test success without memory
+        assert page.locator("#rc-chart .scatterlayer .trace").count() == 8
+        assert page.locator("#rc-chart .scatterlayer .trace .point").count() == 2 * (2 + 2 + 3)  # 3 evaluations: 0, 1, 2
+        titles = page.evaluate("""() => [...document.querySelectorAll('#rc-chart text')]
+            .filter(t => /^y\\d*title$/.test(t.getAttribute('class') || '')).map(t => t.textContent)""")
+        assert titles == ["training success (%)", "training score (−100…100)", "test success, no memory (%)"]
         page.locator("#rc-table").get_by_text("GRPO").last.wait_for(timeout=30_000)
-        assert page.locator("#rc-chart .scatterlayer .trace .point").count() == 8  # a marker per arm, iteration, panel
         assert page.locator("#rc-chart text.annotation-text").count() == 0
         assert page.locator("#rc-chart .ytick text").first.text_content().endswith("%")
-        assert "elapsed" in page.locator("#rc-status").inner_text() or "iteration(s) per arm in" in page.locator("#rc-status").inner_text()
     finally:
         page.screenshot(path=str(artifacts / "tab-race.png"), full_page=True)
