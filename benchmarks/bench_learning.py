@@ -23,6 +23,7 @@ Run:  PYTHONPATH=. .venv/bin/python benchmarks/bench_learning.py            (def
       ... --step-credit 1                                                    (both arms: GiGPO step-level credit)
       ... --task trap-light-bulb-fixed --eval-every 10                       (the fixed family; evaluate every 10)
       ... --decoding action --choice-norm word [--choice-pmi]                (whole-action choice, both arms)
+      ... --arms EMPO2 --threads 1 & ... --arms GRPO --threads 1; --merge DIR DIR  (two processes side by side)
 Every iteration line prints its time per phase (sampling, env, scoring, backward, memory).
 """
 
@@ -44,7 +45,7 @@ from empo2_studio.config import (  # noqa: E402
 )
 from empo2_studio.memory import make_embedder  # noqa: E402
 from empo2_studio.policy import load_policy  # noqa: E402
-from empo2_studio.race import ARMS, reads_tips  # noqa: E402
+from empo2_studio.race import ARMS, race_verdict, reads_tips  # noqa: E402
 from empo2_studio.sessions import Session, default_sessions_root  # noqa: E402
 from empo2_studio.trainer import Trainer  # noqa: E402
 
@@ -138,6 +139,21 @@ def _mean(values: list[float]) -> float:
     return statistics.fmean(values) if values else float("nan")
 
 
+def eval_points(run: dict) -> list[dict]:
+    """A run's memory-free evaluations in order: the start (iteration 0), every --eval-every, the end."""
+    points = [{"iteration": 0, **run["eval_start"]}] if run.get("eval_start") else []
+    points += run.get("evals", [])
+    if run.get("eval"):
+        points.append({"iteration": len(run["rows"]), **run["eval"]})
+    return points
+
+
+def verdict(results: dict[str, dict[int, dict]]) -> str:
+    """`race.race_verdict` over every arm's and seed's evaluations."""
+    return race_verdict({arm: [{"seed": s, **p} for s, run in runs.items() for p in eval_points(run)]
+                         for arm, runs in results.items()})  # fmt: skip
+
+
 def trap_table(results: dict[str, dict[int, dict]], iterations: int, seeds: list[int]) -> str:
     lines = [
         "| iteration | " + " | ".join(f"{a} success | {a} score" for a in results) + " |",
@@ -175,6 +191,8 @@ def trap_table(results: dict[str, dict[int, dict]], iterations: int, seeds: list
             cells = [f"it {i}: {_mean([e['eval/success_rate'] for run in runs for e in run['evals'] if e['iteration'] == i]):.2f}"
                      for i in points]
             summary.append(f"\n{arm} eval success along the run: " + ", ".join(cells))
+    if text := verdict(results):
+        summary.append(f"\n**Verdict:** {text}")
     return "\n".join(lines + summary)
 
 
@@ -182,7 +200,8 @@ def trap_figure(results: dict[str, dict[int, dict]], seeds: list[int], path: Pat
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("success rate (training rollouts)", "mean score"))
+    fig = make_subplots(rows=1, cols=3, subplot_titles=("success rate (training rollouts)", "mean score",
+                                                        "test success without memory"))
     colors = {"EMPO2": "#d62728", "GRPO": "#1f77b4"}
     for arm in results:
         for col, key in ((1, "rollout/success_rate"), (2, "rollout/score_mean")):
@@ -204,6 +223,12 @@ def trap_figure(results: dict[str, dict[int, dict]], seeds: list[int], path: Pat
                            name=f"{arm} (mean of {len(done)} seeds)", showlegend=col == 1),  # fmt: skip
                 row=1, col=col,
             )  # fmt: skip
+        done = [s for s in seeds if eval_points(results[arm].get(s, {}))]
+        for s in done:
+            pts = eval_points(results[arm][s])
+            fig.add_trace(go.Scatter(x=[p["iteration"] for p in pts], y=[p["eval/success_rate"] for p in pts],
+                                     mode="lines+markers", line={"color": colors[arm], "width": 1}, opacity=0.4,
+                                     name=f"{arm} seed {s}", showlegend=False), row=1, col=3)  # fmt: skip
     fig.update_xaxes(title_text="iteration")
     fig.update_layout(title="EMPO² vs GRPO on the exploration trap (embedded SmolLM2-135M, LoRA)")
     fig.write_html(str(path), include_plotlyjs="cdn")
@@ -279,7 +304,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-trap", action="store_true")
     ap.add_argument("--skip-scienceworld", action="store_true")
     ap.add_argument("--root", type=Path, default=None, help="sessions root (default: $EMPO2_SESSIONS_DIR or ./sessions)")
+    ap.add_argument("--merge", type=Path, nargs="+", metavar="DIR", default=None,
+                    help="runs nothing: combine the learning.json of these benchmark folders (e.g. one process "
+                         "per arm, --threads 1) into one table and figure, written to the first folder")
     args = ap.parse_args(argv)
+    if args.merge:
+        return merge(args.merge)
     torch.set_num_threads(max(1, min(args.threads, os.cpu_count() or 1)))
     root = (args.root or default_sessions_root()) / time.strftime("bench_learning-%Y%m%d-%H%M%S")
     root.mkdir(parents=True, exist_ok=True)
@@ -313,6 +343,25 @@ def main(argv: list[str] | None = None) -> int:
     (root / "learning.md").write_text(text)
     print("\n" + text)
     print(f"\nwritten: {root}/learning.md" + ("" if args.skip_trap else f", {root}/learning.html"))
+    return 0
+
+
+def merge(folders: list[Path]) -> int:
+    """Combine benchmark folders' learning.json (arms and seeds) into merged.md / merged.html in the first."""
+    results: dict[str, dict[int, dict]] = {}
+    for folder in folders:
+        path = folder / "learning.json"
+        if not path.is_file():
+            raise SystemExit(f"--merge: {path} does not exist (a folder written by bench_learning.py)")
+        for arm, runs in json.loads(path.read_text()).items():
+            results.setdefault(arm, {}).update({int(s): run for s, run in runs.items()})
+    seeds = sorted({s for runs in results.values() for s in runs})
+    iterations = max(len(run["rows"]) for runs in results.values() for run in runs.values())
+    text = "\n".join([f"# bench_learning, merged from {', '.join(str(f) for f in folders)}", "",
+                      trap_table(results, iterations, seeds), ""])  # fmt: skip
+    (folders[0] / "merged.md").write_text(text)
+    trap_figure(results, seeds, folders[0] / "merged.html")
+    print(text + f"\nwritten: {folders[0]}/merged.md, {folders[0]}/merged.html")
     return 0
 
 
