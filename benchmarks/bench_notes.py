@@ -16,7 +16,11 @@ Part "play": memory episodes with one note pinned (the wording, filled for the l
 per layout and seed, success rate per wording and task (mean and min–max over seeds); the "no note" row
 is the naive rate.
 
+Part "bad": the template with the target's room replaced by a wrong one, played as the rollout shows
+notes: does the agent follow the note (goes to the named room) or ignore it?
+
 Run:  .venv/bin/python benchmarks/bench_notes.py --parts probs     (~9 min per task on a busy 2-core machine)
+      .venv/bin/python benchmarks/bench_notes.py --parts bad --seeds 0 --threads 1
       .venv/bin/python benchmarks/bench_notes.py --parts play --rows 00 02 03 05    (a few wordings; play is the slow part)
       .venv/bin/python benchmarks/bench_notes.py --warm-start /tmp/ws               (another adapter)
 Results go to stdout and `<sessions root>/bench_notes-<time>/notes.md` (+ notes.json).
@@ -39,6 +43,7 @@ import torch  # noqa: E402
 
 from empo2_studio.config import RunConfig  # noqa: E402
 from empo2_studio.envs.trap import CAN, START_ROOM, TASKS, TrapEnv  # noqa: E402
+from empo2_studio.envs.trap_world import SIDE_ROOMS  # noqa: E402
 from empo2_studio.policy import Turn, load_policy, prompts  # noqa: E402
 from empo2_studio.rollout import play_group, seed_policy  # noqa: E402
 from empo2_studio.sessions import default_sessions_root  # noqa: E402
@@ -200,9 +205,61 @@ def part_play(args, policy, wordings) -> tuple[list[str], dict]:
     return lines, table
 
 
+def wrong_room_note(task: str, variation: int) -> tuple[str, str]:
+    """(note, room): the template tip with the target's room replaced by a side room that does not hold
+    the target (the first such room after it, in `SIDE_ROOMS` order)."""
+    lay = TrapEnv().layout(task, variation)
+    k = SIDE_ROOMS.index(lay.target_room)
+    wrong = SIDE_ROOMS[(k + 1) % len(SIDE_ROOMS)]
+    return TrapEnv().curated_tip(task, variation).replace(lay.target_room, wrong), wrong
+
+
+def part_bad(args, policy, wordings) -> tuple[list[str], dict]:
+    """A note that names the wrong room, played as the rollout shows notes (remaining_plan on): does the
+    agent follow it (goes there first) or ignore it? The right template and no note beside it. (An
+    empty note cannot be stored: `records.check_text` refuses it at the tip store's edge.)"""
+    vs = args.play_variations
+    lines = [
+        f"### A note naming the wrong room: test variations {vs}, {args.episodes} episodes × {len(args.seeds)} seeds per "
+        f"layout, step limit {args.step_limit}, T = {args.temperature}",
+        "",
+        "| task | note | first action = go to the named wrong room | ever entered the named wrong room | "
+        "first action = go to the target's room | success |",
+        "|---|---|---|---|---|---|",
+    ]
+    out: dict = {}
+    for task in args.tasks:
+        counts: dict[str, list[list[bool]]] = {}
+        for v in vs:
+            wrong_note, wrong = wrong_room_note(task, v)
+            room = TrapEnv().layout(task, v).target_room
+            for row, note in (("names the wrong room", wrong_note), (TEMPLATE_CUT, TrapEnv().curated_tip(task, v)),
+                              (NO_NOTE, None)):  # fmt: skip
+                for seed in args.seeds:
+                    envs = [TrapEnv(step_limit=args.step_limit) for _ in range(args.episodes)]
+                    seed_policy(policy, seed * 1000 + v)
+                    eps = play_group(
+                        envs, policy, PinnedNote(note) if note else None, task=task, variation=v, split="test",
+                        rollout_mode="memory" if note else "naive", update_mode=None, temperature=args.temperature,
+                        seed=seed * 1000 + v,
+                    )  # fmt: skip
+                    for ep in eps:
+                        acts = [st.action for st in ep.steps]
+                        counts.setdefault(row, []).append([acts[0] == f"go to {wrong}", f"go to {wrong}" in acts,
+                                                           acts[0] == f"go to {room}", ep.won])  # fmt: skip
+        out[task] = {row: [sum(c[i] for c in cs) / len(cs) for i in range(4)] for row, cs in counts.items()}
+        for row, rates in out[task].items():
+            lines.append(f"| {task} | {row} | " + " | ".join(f"{r:.2f}" for r in rates) + " |")
+            print(lines[-1], flush=True)
+    return lines, out
+
+
+PARTS = {"probs": part_probs, "play": part_play, "bad": part_bad}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--parts", nargs="+", default=["probs", "play"], choices=["probs", "play"])
+    ap.add_argument("--parts", nargs="+", default=["probs", "play"], choices=list(PARTS))
     ap.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
     ap.add_argument("--variations", type=int, nargs="+", default=[36, 40, 44], help="test layouts scored (36-47)")
     ap.add_argument("--play-variations", type=int, nargs="+", default=[36, 40, 44], help="test layouts played")
@@ -225,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     results: dict = {}
     for name in args.parts:
         t = time.perf_counter()
-        lines, data = (part_probs if name == "probs" else part_play)(args, policy, wordings)
+        lines, data = PARTS[name](args, policy, wordings)
         results[name] = data
         report += lines + ["", f"({name}: {time.perf_counter() - t:.0f} s)", ""]
         (root / "notes.md").write_text("\n".join(report))
