@@ -21,6 +21,7 @@ Run:  PYTHONPATH=. .venv/bin/python benchmarks/bench_learning.py            (def
       ... --skip-scienceworld / --skip-trap
       ... --arms EMPO2 --p-memory 0.4                                        (one arm, the paper's p ablation)
       ... --step-credit 1                                                    (both arms: GiGPO step-level credit)
+      ... --skip-flat-groups                                                 (both arms: no update on novelty alone)
       ... --task trap-light-bulb-fixed --eval-every 10                       (the fixed family; evaluate every 10)
       ... --decoding action --choice-norm word [--choice-pmi]                (whole-action choice, both arms)
       ... --arms EMPO2 --threads 1 & ... --arms GRPO --threads 1; --merge DIR DIR  (two processes side by side)
@@ -71,6 +72,8 @@ def trap_config(arm: str, seed: int, args: argparse.Namespace) -> RunConfig:
     algo = dict(over["algo"])
     if args.step_credit:  # both arms: step-level credit (GiGPO's anchor states), an option of this project
         algo["step_advantage_coef"] = args.step_credit
+    if args.skip_flat_groups:  # both arms (GRPO, without novelty, is unchanged by it)
+        algo["skip_flat_groups"] = True
     return base.with_overrides(rollout=rollout, algo=algo)
 
 
@@ -285,6 +288,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS), help="arms to train (default: both)")
     ap.add_argument("--step-credit", type=float, default=0.0, metavar="OMEGA",
                     help="both arms: step-level credit weight ω (algo.step_advantage_coef; GiGPO: 1; default 0 = off)")
+    ap.add_argument("--skip-flat-groups", action="store_true",
+                    help="both arms: no update from a group whose task returns are all equal (algo.skip_flat_groups)")
     ap.add_argument("--p-memory", type=float, default=None, help="EMPO²'s memory-rollout probability p (default: the config's)")
     ap.add_argument("--eval-variations", type=int, default=12,
                     help="test variations evaluated, at the start and the end (default: all 12 of the trap's "
@@ -325,6 +330,7 @@ def main(argv: list[str] | None = None) -> int:
                    f"step limit {args.step_limit}, lr {args.lr}, seeds {args.seeds}"
                    + (f", EMPO² p {args.p_memory}" if args.p_memory is not None else "")
                    + (f", step credit ω {args.step_credit}" if args.step_credit else "")
+                   + (", skip flat groups" if args.skip_flat_groups else "")
                    + f", decoding {args.decoding}" + (f" ({args.choice_norm}{', PMI' if args.choice_pmi else ''})"
                                                       if args.decoding == "action" else "") + ")")  # fmt: skip
 

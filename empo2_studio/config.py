@@ -192,6 +192,10 @@ class AlgoConfig:
     of this project, not part of EMPO²; see docs/departures.md)."""
     step_gamma: float = 0.95
     """γ of the step-level return-to-go (GiGPO: 0.95); used only when `step_advantage_coef` > 0."""
+    skip_flat_groups: bool = False
+    """Zero the episode advantages of a group whose task returns (without the novelty bonus) are all
+    equal, so novelty alone never drives an update (`algorithm.group_advantages`; an option, off in the
+    paper)."""
     novelty_threshold: float = 0.9
     """A state is new when its cosine similarity to every stored state is below this."""
 

@@ -8,14 +8,13 @@ and the session the run is recorded in. One `step()` is one iteration:
 2. for each of `variations_per_iteration` training variations, play a group of N episodes in lock-step
    (`rollout.play_group`), memory modes retrieving tips at every step;
 3. every training episode writes its tip (all modes, as the recipe does; none when `write_tips` is off);
-4. group-relative advantages from each episode's return R = extrinsic return + intrinsic_coef × Σ novelty
-   bonuses (the paper's EMPO² reward adds the bonus to the score; the recipe's merged code drops it);
+4. group-relative advantages of R = extrinsic return + intrinsic_coef × Σ novelty bonuses (the paper adds
+   the bonus to the score, the recipe's code drops it; `algo.skip_flat_groups`: no update on novelty alone);
 5. `update.policy_update`: re-score, mask, clipped surrogate, AdamW (`update_epochs` passes);
 6. metrics and episodes go to the session; the adapter (and trainer state) every `checkpoint_every`.
 
-Learning rate: the paper's 1e-6 is for full fine-tuning of a 7B model. LoRA updates a tiny low-rank
-delta and needs a much larger step; `TrainConfig.learning_rate` (1e-4 by default) is the value this
-project uses for the embedded 135M model (see docs/benchmarks/learning.md).
+Learning rate: the paper's 1e-6 is for full fine-tuning of a 7B model; LoRA's low-rank delta needs a much
+larger step: `TrainConfig.learning_rate` (1e-4 by default; docs/benchmarks/learning.md).
 
 Evaluation and OOD adaptation live in `evaluation.py`; the update math in `update.py`.
 """
@@ -224,7 +223,8 @@ class Trainer:
         (`algorithm.step_advantages` over each group's anchor states, returns-to-go at γ = `step_gamma`)."""
         a = self.cfg.algo
         returns = torch.tensor([[episode_return(ep, a.intrinsic_coef) for ep in g] for g in groups], dtype=torch.float64)
-        per_episode = group_advantages(returns, a.adv_eps).flatten().tolist()
+        task = torch.tensor([[ep.return_ for ep in g] for g in groups], dtype=torch.float64) if a.skip_flat_groups else None
+        per_episode = group_advantages(returns, a.adv_eps, task).flatten().tolist()
         if a.step_advantage_coef == 0.0:
             return per_episode
         per_step = []

@@ -113,3 +113,18 @@ def test_step_advantages_bad_input():
         step_advantages([["a", "b"]], [torch.tensor([1.0])])
     with pytest.raises(ValueError, match="one return row per episode"):
         step_advantages([["a"]], [])
+
+
+def test_flat_task_returns_zero_the_group_whatever_the_novelty_bonus():
+    # row 0: every episode won (100); the novelty bonus alone separates the returns, which plain
+    # standardisation would turn into advantages of about ±1
+    returns = torch.tensor([[100.10, 100.00, 100.05, 100.00], [100.10, 25.00, 100.00, 25.05]], dtype=torch.float64)
+    task = torch.tensor([[100.0, 100.0, 100.0, 100.0], [100.0, 25.0, 100.0, 25.0]], dtype=torch.float64)
+    plain = group_advantages(returns)
+    assert plain[0].abs().max() > 0.8  # (100.1 − 100.0375) / 0.04787 = 1.306
+    adv = group_advantages(returns, task_returns=task)
+    assert adv[0].tolist() == [0.0, 0.0, 0.0, 0.0]
+    # row 1 keeps its standardised returns: mean 62.5375, std (ddof 1) 43.3157…
+    assert torch.allclose(adv[1], plain[1]) and abs(adv[1, 0].item() - (100.10 - 62.5375) / 43.3157) < 1e-4
+    with pytest.raises(ValueError, match="task_returns must have the shape of returns"):
+        group_advantages(returns, task_returns=task[:, :2])

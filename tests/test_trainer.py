@@ -160,6 +160,12 @@ def test_advantages_use_extrinsic_plus_scaled_intrinsic(tmp_path, tiny_policy):
     # Returns: 25 + 2·1 = 27 and 0 + 2·(1 + 0.5) = 3; mean 15, std (ddof 1) = 16.97...
     adv = trainer._advantages([[ep([25.0], [1.0]), ep([0.0, 0.0], [1.0, 0.5])]])
     assert adv == pytest.approx([12 / 16.970563, -12 / 16.970563], rel=1e-5)
+    # both won 25: the novelty bonus alone (27 vs 28) gives ±0.707, unless flat groups are skipped
+    same_task = [[ep([25.0], [1.0]), ep([25.0], [1.5])]]
+    assert trainer._advantages(same_task) == pytest.approx([-0.707107, 0.707107], rel=1e-5)
+    skipping = make_trainer(tmp_path / "skip", tiny_policy, algo={"intrinsic_coef": 2.0, "skip_flat_groups": True})
+    assert skipping._advantages(same_task) == [0.0, 0.0]
+    assert skipping._advantages([[ep([25.0], [1.0]), ep([0.0, 0.0], [1.0, 0.5])]]) == pytest.approx(adv)
 
 
 def test_step_level_credit_adds_anchor_state_advantages(tmp_path, tiny_policy):

@@ -24,7 +24,7 @@ RELATIVE_TOLERANCE = 1e-9
 """Returns whose group std is ≤ this × max(1, max |R|) are equal (float64 residue); see the module docstring."""
 
 
-def group_advantages(returns: Tensor, eps: float = 1e-6) -> Tensor:
+def group_advantages(returns: Tensor, eps: float = 1e-6, task_returns: Tensor | None = None) -> Tensor:
     """Standardise episode returns within each group.
 
     Args:
@@ -33,15 +33,26 @@ def group_advantages(returns: Tensor, eps: float = 1e-6) -> Tensor:
             −200 … 200), plus the intrinsic bonus if the caller adds it.
         eps: added to the standard deviation before dividing (paper / recipe: 1e-6); ≥ 0
             (`RunConfig.validate` requires > 0 for a run).
+        task_returns: optional (G, N) task returns alone (no novelty bonus): rows where these are all
+            equal get advantage 0 too (`algo.skip_flat_groups`). Why: when every episode of a group wins
+            (or every one fails alike), the novelty bonus alone (~0.01–0.1 points) separates the returns,
+            and standardising turns that into advantages of ±1 — a full-size update on noise. DAPO's
+            dynamic sampling drops such groups; an option here, not in the paper.
 
     Returns:
-        (G, N) advantages, `returns`' dtype (float32 for integer input); rows whose returns are all
-        equal, up to float residue (module docstring), are exactly 0.
+        (G, N) advantages, `returns`' dtype (float32 for integer input); rows whose returns (or
+        `task_returns`) are all equal, up to float residue (module docstring), are exactly 0.
 
     Raises:
         ValueError: if `returns` is not 2-D, a group has fewer than 2 episodes, a value is not finite,
-            or `eps` is negative or not finite.
+            `eps` is negative or not finite, or `task_returns` has another shape than `returns`.
     """
+    if task_returns is not None:
+        if task_returns.shape != returns.shape:
+            raise ValueError(f"task_returns must have the shape of returns {tuple(returns.shape)}, got {tuple(task_returns.shape)}")
+        flat = (group_advantages(task_returns, eps) == 0).all(dim=1, keepdim=True)
+        adv = group_advantages(returns, eps)
+        return torch.where(flat, torch.zeros_like(adv), adv)
     if returns.dim() != 2:
         raise ValueError(f"returns must be a (G, N) tensor, got shape {tuple(returns.shape)}")
     if returns.shape[1] < 2:
