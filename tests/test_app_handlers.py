@@ -263,7 +263,8 @@ def test_a_session_switch_refreshes_every_tab_by_component(studio):
     assert f"`{RUN}`" in update[session_md] and update[ep["checkpoint"]].value == "current"
     assert update[ad["task"]].value == at.unseen_tasks(studio, RUN)[0]
     group, limit, _note, _target = race["refresh"][1]
-    assert (update[group].value, update[limit].value) == (2, 3)  # studio_cfg: groups of 2, 3 steps
+    # the session plays the search family: the race's default is the fixed-family copy (group 8, 8 steps)
+    assert (update[group].value, update[limit].value) == (rc.RACE_FORM["group_size"], rc.RACE_ENV.step_limit) == (8, 8)
     assert update[tips["refresh"][1][-1]] == TASK  # the Add form's task: the session's
     # what Gradio 6 does with a returned dict: one value per declared output, placed by component
     from gradio.blocks import convert_component_dict_to_list
