@@ -161,9 +161,9 @@ class PinnedNote:
         raise RuntimeError("the benchmark's pinned note is read-only")
 
 
-def success(policy, task: str, variation: int, note: str | None, args, seed: int, cut: bool) -> list[bool]:
-    """Who won among `args.episodes` episodes with `note` pinned (naive when None); `cut`: the rollout
-    shows the note as `prompts.remaining_plan` cuts it, else whole at every step."""
+def play_with_note(policy, task: str, variation: int, note: str | None, args, seed: int, cut: bool) -> list:
+    """`args.episodes` episodes with `note` pinned (naive when None); `cut`: the rollout shows the note
+    as `prompts.remaining_plan` cuts it, else whole at every step."""
     envs = [TrapEnv(step_limit=args.step_limit) for _ in range(args.episodes)]
     seed_policy(policy, seed)
     saved = prompts.with_plan_progress
@@ -176,7 +176,7 @@ def success(policy, task: str, variation: int, note: str | None, args, seed: int
         )  # fmt: skip
     finally:
         prompts.with_plan_progress = saved
-    return [ep.won for ep in eps]
+    return eps
 
 
 def part_play(args, policy, wordings) -> tuple[list[str], dict]:
@@ -195,7 +195,8 @@ def part_play(args, policy, wordings) -> tuple[list[str], dict]:
             for v in vs:
                 notes = notes_for_layout(task, v, wordings[task])
                 for row in [r for r in notes if args.rows is None or r[:2] in args.rows or r in (TEMPLATE, TEMPLATE_CUT, NO_NOTE)]:
-                    won.setdefault(row, []).extend(success(policy, task, v, notes[row], args, seed * 1000 + v, row == TEMPLATE_CUT))
+                    won.setdefault(row, []).extend(
+                        ep.won for ep in play_with_note(policy, task, v, notes[row], args, seed * 1000 + v, row == TEMPLATE_CUT))
             for row, w in won.items():
                 table.setdefault(row, {}).setdefault(task, []).append(sum(w) / len(w))
         print(f"  {task}: " + ", ".join(f"{r[:14]} {statistics.fmean(x[task]):.2f}" for r, x in table.items()), flush=True)
@@ -236,14 +237,7 @@ def part_bad(args, policy, wordings) -> tuple[list[str], dict]:
             for row, note in (("names the wrong room", wrong_note), (TEMPLATE_CUT, TrapEnv().curated_tip(task, v)),
                               (NO_NOTE, None)):  # fmt: skip
                 for seed in args.seeds:
-                    envs = [TrapEnv(step_limit=args.step_limit) for _ in range(args.episodes)]
-                    seed_policy(policy, seed * 1000 + v)
-                    eps = play_group(
-                        envs, policy, PinnedNote(note) if note else None, task=task, variation=v, split="test",
-                        rollout_mode="memory" if note else "naive", update_mode=None, temperature=args.temperature,
-                        seed=seed * 1000 + v,
-                    )  # fmt: skip
-                    for ep in eps:
+                    for ep in play_with_note(policy, task, v, note, args, seed * 1000 + v, cut=True):
                         acts = [st.action for st in ep.steps]
                         counts.setdefault(row, []).append([acts[0] == f"go to {wrong}", f"go to {wrong}" in acts,
                                                            acts[0] == f"go to {room}", ep.won])  # fmt: skip

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Mapping, Sequence
 
 import plotly.graph_objects as go
+from plotly.colors import hex_to_rgb
 
 EMPTY_TEXT = "no data yet"
 SCORE_AXIS = {"range": [-105, 105], "tick0": -100, "dtick": 50}
@@ -96,8 +97,7 @@ RACE_BAND_ALPHA = 0.15
 
 
 def _band_colour(hex_colour: str | None) -> str:
-    h = (hex_colour or "#6b7280").lstrip("#")
-    r, g, b = (int(h[i : i + 2], 16) for i in (0, 2, 4))
+    r, g, b = hex_to_rgb(hex_colour or "#6b7280")
     return f"rgba({r},{g},{b},{RACE_BAND_ALPHA})"
 
 

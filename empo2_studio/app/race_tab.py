@@ -91,7 +91,7 @@ def race_note(studio: Studio, run_id: str) -> str:
         return ""
     copy = (f"The race therefore runs on a trap copy of its config: `{RACE_TRAP_TASK}`, training layouts "
             f"{RACE_ENV.variations[0]}–{RACE_ENV.variations[-1]}, step limit {RACE_ENV.step_limit}, lr "
-            f"{RACE_LEARNING_RATE:g} (the [benchmark race](docs/benchmarks/learning.md)), where the bulb is always in "
+            f"{RACE_LEARNING_RATE:g} (the benchmark race of docs/benchmarks/learning.md), where the bulb is always in "
             "the workshop and what varies is which bulb: the structure of the paper's tasks. Pick *the open "
             "session* to race it anyway.")  # fmt: skip
     if cfg.env.name == "trap":
