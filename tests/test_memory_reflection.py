@@ -93,11 +93,19 @@ def test_a_parroted_instruction_is_not_stored_as_a_tip():
         "The green light bulb is in the kitchen; go there first.")
 
 
-def test_the_environments_record_leads_the_stored_tip():
-    from empo2_studio.memory.reflection import OWN_NOTE_PREFIX, with_record
+def test_the_environments_record_ends_the_stored_tip():
+    from empo2_studio.memory.reflection import MAX_TIP_WORDS, OWN_NOTE_PREFIX, with_record
 
     record = "[from the record] The frog was seen in the kitchen."
-    assert with_record("I should go back.", record) == f"{record} {OWN_NOTE_PREFIX} I should go back."
+    assert with_record("I should go back.", record) == f"{OWN_NOTE_PREFIX} I should go back. {record}"
     assert with_record("I should go back.", "") == "I should go back."  # an env with nothing to say
     ep = replace(_episode(), record=record)
-    assert write_tips(FakeTipWriter(["I should go back."]), [ep], [()]) == [f"{record} {OWN_NOTE_PREFIX} I should go back."]
+    assert write_tips(FakeTipWriter(["I should go back."]), [ep], [()]) == [f"{OWN_NOTE_PREFIX} I should go back. {record}"]
+    # A long reply is cut so that the record stays whole: 10 record words + 3 prefix words leave 87.
+    long_tip = " ".join(f"w{i}" for i in range(100))
+    stored = with_record(long_tip, record)
+    assert stored.endswith(record) and len(stored.split()) == MAX_TIP_WORDS
+    assert stored.split()[3 + 86] == "w86" and "w87" not in stored.split()
+    # A record that fills the cap leaves no room for the model's sentence.
+    huge = " ".join(["x"] * MAX_TIP_WORDS)
+    assert with_record("I should go back.", huge) == huge

@@ -72,7 +72,7 @@ def test_a_new_env_plays_reflects_and_summarises_with_no_edit_outside_envs(tmp_p
     assert naive[0].record == "[lamp log] Switch on the lamp. The attic was reached."
     assert naive[0].first_observation == "A dark cellar. A ladder goes up."
     tipped = write_group_tips(policy, store, naive)
-    assert tipped[0].tip == f"[lamp log] Switch on the lamp. The attic was reached. {OWN_NOTE_PREFIX} tip 0: try what raised the score"
+    assert tipped[0].tip == f"{OWN_NOTE_PREFIX} tip 0: try what raised the score [lamp log] Switch on the lamp. The attic was reached."
     memory = play_group([LampEnv()], policy, store, rollout_mode="memory", **kw)
     first = [r for batch in policy.calls for r in batch if r.key == memory[0].episode_id][0]
     assert "<tip> " in first.turns[-1].user_text and "[lamp log] Switch on the lamp." in first.turns[-1].user_text

@@ -66,8 +66,8 @@ def test_rollout_forgets_each_episode_at_its_end_unless_asked_to_keep_it(store):
     assert policy.cached == {ep.episode_id for ep in episodes}
     tipped = write_group_tips(policy, store, episodes)  # the reflection reuses, then drops, them
     assert policy.cached == set()
-    # one batched reflection call: the scripted tips 0 and 1, in episode order, after the record's note
-    assert [ep.tip.split("[the model's note] ")[-1] for ep in tipped] == [
+    # one batched reflection call: the scripted tips 0 and 1, in episode order, before the record line
+    assert [ep.tip.split("[the model's note] ")[-1].split(" [from the record]")[0] for ep in tipped] == [
         "tip 0: try what raised the score", "tip 1: try what raised the score"]  # fmt: skip
 
 

@@ -231,15 +231,15 @@ def test_notes_carry_the_rooms_they_saw_and_searched_into_the_next_record():
     )
 
 
-def test_stored_tip_puts_the_record_first_and_marks_the_models_sentence():
+def test_stored_tip_marks_the_models_sentence_and_puts_the_record_last():
     from empo2_studio.envs.trap import TrapEnv
     from empo2_studio.memory.reflection import OWN_NOTE_PREFIX, fallback_tip, with_record
 
     ep = _episode_with_observation("This room is called the kitchen. In it, you see: a green light bulb. Doors lead to: the hallway.")
     record = TrapEnv().summarise_episode(ep)
     assert with_record("I should go back.", record) == (
-        f"[from the record] The green light bulb was seen in the kitchen. Next time: go to kitchen, then focus on "
-        f"green light bulb. {OWN_NOTE_PREFIX} I should go back."  # the description has no "Then, …" sentence
+        f"{OWN_NOTE_PREFIX} I should go back. [from the record] The green light bulb was seen in the kitchen. "
+        "Next time: go to kitchen, then focus on green light bulb."  # the description has no "Then, …" sentence
     )
     assert with_record(fallback_tip(ep), record) == (
         "[from the record] The green light bulb was seen in the kitchen. "

@@ -8,7 +8,7 @@ description (`envs.task_text`), to write one line about an episode without any m
     Next time: go to kitchen, then focus on green light bulb, then turn on green light bulb.
 
 Both environments return it from `summarise_episode` (the `TextEnv` hook), and the memory stores it
-in front of the tip the policy wrote (`memory.reflection.with_record`).
+after the tip the policy wrote (`memory.reflection.with_record`).
 
 Departure (not in the paper): the embedded 135M model writes mostly unusable tips, so each tip carries
 this line next to the model's own sentence. It names rooms and actions in the environment's own

@@ -17,7 +17,7 @@ words. When nothing usable comes back (empty, no letter or digit at all, an echo
 instruction — a small model often repeats the prompt — or a loop of a few repeated words), the tip
 is a deterministic fallback that says so: "[no tip written by the model] The episode ended with
 score R/100 after N steps; last actions: a; b; c." The stored tip puts the environment's own
-summary of the episode first (`Episode.record`, from `TextEnv.summarise_episode`), see `with_record`.
+summary of the episode last (`Episode.record`, from `TextEnv.summarise_episode`), see `with_record`.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def write_tips(writer: TipWriter, episodes: Sequence[Episode], conversations: Se
         conversations: each episode's turns as the policy saw them (`rollout.conversation`).
 
     Returns one stored tip per episode, in order: the cleaned reply (one line, ≤ 100 words, never
-    empty, see `clean_tip` for the fallback) behind the episode's record line (`with_record`).
+    empty, see `clean_tip` for the fallback) before the episode's record line (`with_record`).
     Raises ValueError if the conversations or the policy's replies do not match the episodes in number.
     """
     if len(conversations) != len(episodes):
@@ -79,14 +79,24 @@ def write_tips(writer: TipWriter, episodes: Sequence[Episode], conversations: Se
 
 
 def with_record(tip: str, record: str) -> str:
-    """The stored tip: the environment's record line (`Episode.record`), then the model's own sentence
-    marked as such (a fallback tip, which only restates the score and actions, is dropped when a record
-    exists); `tip` alone when `record` is ""."""
+    """The stored tip: the model's own sentence marked as such, then the environment's record line
+    (`Episode.record`), which is kept whole within `MAX_TIP_WORDS` (the model's sentence is cut to fit);
+    the record alone when the tip is a fallback (it only restates the score and actions) or nothing of
+    the model's sentence fits; `tip` alone when `record` is "".
+
+    The record comes last because the small policy acts on the last instruction it reads: with the
+    model's own sentence *after* a record line that saw the target, the embedded model's P(focus on it
+    | in its room) fell from 0.97 to 0.02 when that sentence was an action ("go to workshop") and to
+    0.80–0.96 for chatter; with the sentence first it stayed 0.90–0.99
+    (docs/notebook/2026-12-04-record-last.md).
+    """
     if not record:
         return tip
     if not tip or tip.startswith(FALLBACK_PREFIX):
         return record
-    return _cap_words(f"{record} {OWN_NOTE_PREFIX} {tip}")
+    room = MAX_TIP_WORDS - len(record.split()) - len(OWN_NOTE_PREFIX.split())
+    own = " ".join(tip.split()[: max(room, 0)])
+    return f"{OWN_NOTE_PREFIX} {own} {record}" if own else _cap_words(record)
 
 
 def clean_tip(reply: str | None, episode: Episode) -> str:
