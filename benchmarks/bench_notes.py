@@ -16,11 +16,15 @@ Part "play": memory episodes with one note pinned (the wording, filled for the l
 per layout and seed, success rate per wording and task (mean and min–max over seeds); the "no note" row
 is the naive rate.
 
+Part "order": a winning episode's record line alone, and with a sentence the model wrote as its note
+after it (the stored tip's order before 2026-12-04) or before it (`memory.reflection.with_record`).
+
 Part "bad": the template with the target's room replaced by a wrong one, played as the rollout shows
 notes: does the agent follow the note (goes to the named room) or ignore it?
 
 Run:  .venv/bin/python benchmarks/bench_notes.py --parts probs     (~9 min per task on a busy 2-core machine)
       .venv/bin/python benchmarks/bench_notes.py --parts bad --seeds 0 --threads 1
+      .venv/bin/python benchmarks/bench_notes.py --parts order --tasks trap-light-bulb-fixed --variations 0 1 2 3 4
       .venv/bin/python benchmarks/bench_notes.py --parts play --rows 00 02 03 05    (a few wordings; play is the slow part)
       .venv/bin/python benchmarks/bench_notes.py --warm-start /tmp/ws               (another adapter)
 Results go to stdout and `<sessions root>/bench_notes-<time>/notes.md` (+ notes.json).
@@ -42,14 +46,17 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch  # noqa: E402
 
 from empo2_studio.config import RunConfig  # noqa: E402
+from empo2_studio.envs.room_notes import record_line  # noqa: E402
 from empo2_studio.envs.trap import CAN, START_ROOM, TASKS, TrapEnv  # noqa: E402
 from empo2_studio.envs.trap_world import SIDE_ROOMS  # noqa: E402
+from empo2_studio.memory.reflection import OWN_NOTE_PREFIX, with_record  # noqa: E402
 from empo2_studio.policy import Turn, load_policy, prompts  # noqa: E402
 from empo2_studio.rollout import play_group, seed_policy  # noqa: E402
 from empo2_studio.sessions import default_sessions_root  # noqa: E402
 from empo2_studio.types import RetrievedTip  # noqa: E402
 
 HELDOUT = Path(__file__).resolve().parent / "data" / "heldout_notes.json"
+SEARCH_TASKS = ("trap-light-bulb", "trap-find-animal", "trap-water-plant")
 TEMPLATE, TEMPLATE_CUT, NO_NOTE = "template (curated_tip)", "template, remaining_plan on", "no note"
 
 
@@ -248,13 +255,72 @@ def part_bad(args, policy, wordings) -> tuple[list[str], dict]:
     return lines, out
 
 
-PARTS = {"probs": part_probs, "play": part_play, "bad": part_bad}
+MODEL_SENTENCES = (
+    "The path was clear, but the final destination was not yet",
+    "This is a very short answer. I will make sure to include a brief explanation of the answer in a single line of",
+    "The task is done. The path is completed. The journey is finished.",
+    "turn on blue light bulb",
+    "go to workshop",
+)
+"""Replies the embedded model wrote to the reflection prompt during a 60-iteration EMPO² race on
+trap-light-bulb-fixed (seed 1, 2026-12-03): chatter, and bare actions copied from the episode."""
+
+
+def gold_record(task: str, variation: int) -> str:
+    """The environment's record line of the layout's shortest winning episode."""
+    env = TrapEnv()
+    obs = env.reset(task, variation)
+    steps = [("", 0.0, obs.text)]
+    for action in env.gold_path(task, variation):
+        result = env.step(action)
+        steps.append((action, result.reward, result.observation.text))
+    return record_line(env.task_description(task, variation), steps)
+
+
+def part_order(args, policy, wordings) -> tuple[list[str], dict]:
+    """Where the model's own sentence sits in a stored tip: the record line of a winning episode alone,
+    with one of `MODEL_SENTENCES` after it (the order before 2026-12-04) and before it (`with_record`
+    today), shown as the rollout shows notes (remaining_plan on). Mean over the sentences and layouts,
+    min in brackets."""
+    lines = [
+        f"### The model's sentence before or after the record line: variations {args.variations}, remaining_plan on, "
+        f"{len(MODEL_SENTENCES)} sentences the model wrote (mean over sentences and layouts, min in brackets)",
+        "",
+        "| task | stored tip | P(first action) | P(focus on target, in its room) | P(finishing action) |",
+        "|---|---|---|---|---|",
+    ]
+    out: dict = {}
+    for task in args.tasks:
+        per: dict[str, list[dict[str, float]]] = {}
+        for v in args.variations:
+            record = gold_record(task, v)
+            notes = {"record line alone": [record],
+                     "model's sentence after the record": [f"{record} {OWN_NOTE_PREFIX} {s}" for s in MODEL_SENTENCES],
+                     "model's sentence first (with_record)": [with_record(s, record) for s in MODEL_SENTENCES]}  # fmt: skip
+            convs = [gold_conversation(policy, task, v, n, True) for ns in notes.values() for n in ns]
+            with torch.no_grad():
+                scored = iter(policy.score(convs))
+            steps = key_steps(task, v)
+            for row, ns in notes.items():
+                for _ in ns:
+                    lps = next(scored)
+                    per.setdefault(row, []).append({k: float(lps[i].sum().exp()) for k, i in steps.items()})
+        out[task] = per
+        for row, ps in per.items():
+            cells = [f"{statistics.fmean(p[k] for p in ps):.2f} ({min(p[k] for p in ps):.2f})" for k in ("first", "focus", "finish")]
+            lines.append(f"| {task} | {row} | " + " | ".join(cells) + " |")
+            print(lines[-1], flush=True)
+    return lines, out
+
+
+PARTS = {"probs": part_probs, "play": part_play, "bad": part_bad, "order": part_order}
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--parts", nargs="+", default=["probs", "play"], choices=list(PARTS))
-    ap.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
+    ap.add_argument("--tasks", nargs="+", default=list(SEARCH_TASKS), choices=list(TASKS),
+                    help="the held-out wordings cover the search family (parts probs, play); order and bad take any")
     ap.add_argument("--variations", type=int, nargs="+", default=[36, 40, 44], help="test layouts scored (36-47)")
     ap.add_argument("--play-variations", type=int, nargs="+", default=[36, 40, 44], help="test layouts played")
     ap.add_argument("--rows", nargs="*", default=None, help="wording numbers played (e.g. 00 03); default all")

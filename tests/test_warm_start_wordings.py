@@ -83,6 +83,16 @@ def test_fill_by_hand(bench):
     assert [(t.text, t.pinned) for t in tips] == [("n", True)] and skipped == []
 
 
+def test_order_part_scores_the_record_of_a_winning_episode(bench):
+    # trap-light-bulb-fixed 0: the red light bulb in the workshop; the record line of its gold path
+    assert bench.gold_record("trap-light-bulb-fixed", 0) == (
+        "[from the record] The red light bulb was seen in the workshop. "
+        "Next time: go to workshop, then focus on red light bulb, then turn on red light bulb."
+    )
+    # the default tasks are the ones the held-out wordings cover
+    assert set(bench.SEARCH_TASKS) == set(bench.load_wordings(HELDOUT))
+
+
 def test_training_wordings_share_no_sentence_with_the_heldout_set(bench, wordings_mod):
     env = TrapEnv()
     heldout: set[str] = set()
