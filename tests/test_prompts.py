@@ -158,6 +158,11 @@ def test_remaining_plan_finds_the_plan_sentence_and_keeps_what_follows():
         "[from the record] The bulb was seen in the workshop. Actions that scored: go to workshop. "
         "Next time: focus on bulb, then turn on bulb. [the model's note] Note: look first."
     )
+    # a stored tip as `with_record` writes it: the model's sentence (with a one-step "…: …") first
+    stored = "[the model's note] Note: go to kitchen. [from the record] Next time: go to workshop, then focus on bulb."
+    assert prompts.remaining_plan(stored, ["go to kitchen", "go to workshop"]) == (
+        "[the model's note] Note: go to kitchen. [from the record] Next time: focus on bulb."
+    )
 
 
 def test_pinned_curated_tips_are_the_only_notes_a_compact_prompt_shows():
