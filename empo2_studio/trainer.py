@@ -142,6 +142,7 @@ class Trainer:
         advantages = self._advantages(groups)
         self._phase(f"{mode} update: re-scoring {len(episodes)} episodes, backward, optimizer step")
         metrics = policy_update(self.policy, self.optimizer, episodes, advantages, mode, self.settings)
+        self.name_weights(metrics)
         return self._record("train", mode, self.iteration_metrics(metrics, episodes, mode, timings, t_start), episodes)
 
     def begin_iteration(self, forced_mode: UpdateMode | None = None) -> tuple[UpdateMode, list[int]]:
@@ -155,6 +156,13 @@ class Trainer:
         variations = [self.rng.choice(self.train_variations()) for _ in range(r.variations_per_iteration)]
         self.iteration += 1
         return mode, variations
+
+    def name_weights(self, metrics: dict[str, float]) -> None:
+        """After an update that changed the weights (`train/optimizer_steps` > 0), name them after this
+        iteration, as its checkpoint folder is named: every later episode's `policy_version` then says
+        which weights sampled it, not the adapter the run started from."""
+        if metrics.get("train/optimizer_steps", 0.0) > 0:
+            self.policy.version = self.session.adapter_dir(self.iteration).name
 
     def iteration_metrics(self, metrics: dict, episodes: Sequence[Episode], mode: UpdateMode, timings: Timings,
                           t_start: float) -> dict[str, float]:  # fmt: skip
@@ -300,6 +308,7 @@ class Trainer:
         advantages = self._distill_advantages(chosen)
         self.iteration += 1
         metrics = policy_update(self.policy, self.optimizer, chosen, advantages, "off-policy", self.settings)
+        self.name_weights(metrics)
         metrics.update({"distill/episodes": float(len(chosen)), "rollout/update_mode": float(MODE_CODE["off-policy"])})
         metrics["time/iteration"] = time.perf_counter() - t0
         return self._record("distill", "off-policy", metrics, [])

@@ -190,7 +190,8 @@ class Episode:
     `return_`)."""
     won: bool
     policy_version: str = "base"
-    """Which weights played it: "base" or an adapter/checkpoint name."""
+    """Which weights played it: "base", the loaded adapter's folder name ("warm-start", …) or, after a
+    training update, the iteration whose checkpoint would hold them ("iter_000012")."""
     group_id: str = ""
     """The GRPO group it belongs to ("" outside training)."""
     tip: str | None = None

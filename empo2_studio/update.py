@@ -138,6 +138,7 @@ def policy_update(
     Returns:
         Metrics (last epoch for loss/ratio/mask, summed times): `loss/policy`, `loss/kl`, `ratio/*`,
         `mask/low_prob_frac`, `grad/norm`, `guard/skipped` (1 if any pass was skipped),
+        `train/optimizer_steps` (passes that changed the weights: 0 … `update_epochs`),
         `train/turns`, `train/tokens`, `train/dropped_turns`, `train/context_tokens` (tokens through
         the with-grad forward, all passes), `time/scoring`, `time/backward`.
 
@@ -158,6 +159,7 @@ def policy_update(
         "time/scoring": 0.0,
         "time/backward": 0.0,
         "guard/skipped": 0.0,
+        "train/optimizer_steps": 0.0,
     }
     signal = bool(items) and (any(x != 0.0 for _, a, _ in items for x in a) or settings.algo.kl_coef != 0.0)
     if settings.sync is not None:  # every rank must agree, or the collectives of one pass would hang
@@ -172,7 +174,9 @@ def policy_update(
         epoch = _one_pass(policy, optimizer, items, update_mode, settings)
         metrics["time/scoring"] += epoch.pop("time/scoring")
         metrics["time/backward"] += epoch.pop("time/backward")
-        metrics["guard/skipped"] = max(metrics["guard/skipped"], epoch.pop("guard/skipped"))
+        skipped = epoch.pop("guard/skipped")
+        metrics["guard/skipped"] = max(metrics["guard/skipped"], skipped)
+        metrics["train/optimizer_steps"] += 1.0 - skipped
         metrics.update(epoch)
     return metrics
 

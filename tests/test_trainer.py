@@ -114,6 +114,9 @@ def test_one_step_changes_lora_weights_and_no_base_weight(tmp_path, tiny_policy)
     assert report.iteration == trainer.iteration == 1 and report.update_mode == "on-policy"
     assert m["rollout/update_mode"] == MODE_CODE["on-policy"] == 0
     assert m["guard/skipped"] == 0.0 and not report.skipped_update
+    # The update renamed the weights: the episodes were sampled by the starting ones, the next by iter_000001.
+    assert m["train/optimizer_steps"] == 1.0
+    assert {ep.policy_version for ep in episodes} == {"base"} and tiny_policy.version == "iter_000001"
     # First pass with unchanged weights: scoring reproduces the behaviour log-probs, ratio 1.
     assert m["ratio/min"] == pytest.approx(1.0, abs=1e-3) and m["ratio/max"] == pytest.approx(1.0, abs=1e-3)
     for key in ("rollout/score_mean", "rollout/success_rate", "rollout/score_naive", "rollout/episode_len",
@@ -215,6 +218,7 @@ def test_nan_loss_skips_the_step_and_never_touches_weights(tmp_path, tiny_policy
     assert all(torch.equal(before[n], p) for n, p in tiny_policy.model.named_parameters())
     assert all(p.grad is None for p in tiny_policy.trainable_parameters())
     assert trainer.session.metrics()[-1]["guard/skipped"] == 1.0
+    assert report.metrics["train/optimizer_steps"] == 0.0 and trainer.policy.version == "base"  # same weights
 
 
 def test_nan_gradient_skips_the_step(tmp_path, tiny_policy):

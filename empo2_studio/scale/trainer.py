@@ -168,6 +168,7 @@ class DistributedTrainer(Trainer):
         sync_before = self.sync.seconds
         metrics = policy_update(self.policy, self.optimizer, episodes, advantages, mode, self.settings)
         metrics["time/allreduce"] = self.sync.seconds - sync_before
+        self.name_weights(metrics)  # a vLLM sampler takes the served adapter's name below instead
         t0 = time.perf_counter()
         gathered = self.ctx.all_gather((mine, groups))
         by_index = {g: grp for idx, grps in gathered for g, grp in zip(idx, grps)}
