@@ -194,6 +194,7 @@ def test_race_rows_appear_per_arm_and_a_scienceworld_session_races_a_trap_copy(s
     assert (base, cfg.env.name, cfg.env.task, cfg.env.variations, cfg.env.step_limit) == (
         "sw-trap", "trap", "trap-light-bulb-fixed", (0, 1, 2, 3, 4), 8)
     assert (cfg.rollout.group_size, cfg.rollout.variations_per_iteration, cfg.train.learning_rate) == (8, 1, 1e-3)
+    assert cfg.algo.skip_flat_groups and not studio.session(sw).config.algo.skip_flat_groups  # the race's, not the session's
     assert rc.race_target(studio, sw, "open") == ("sw", studio.session(sw).config)
     # the open trap session plays the search family: "auto" races the fixed-family copy, "open" itself
     assert rc.race_target(studio, RUN)[0] == f"{RUN}-trap" and rc.race_target(studio, RUN)[1].env.task == rc.RACE_TRAP_TASK
@@ -201,7 +202,10 @@ def test_race_rows_appear_per_arm_and_a_scienceworld_session_races_a_trap_copy(s
     fixed_cfg = replace(studio.session(RUN).config.with_overrides(env={"task": "trap-water-plant-fixed"}), run_id="fx")
     fixed = studio.create_session(fixed_cfg).dir.name
     assert rc.race_target(studio, fixed) == (fixed, studio.session(fixed).config)  # a fixed-family session races itself
-    assert rc.race_note(studio, fixed) == "" and [v for _, v in rc.target_choices(studio, fixed)] == ["open"]
+    assert [v for _, v in rc.target_choices(studio, fixed)] == ["open"]
+    assert "updates on flat groups" in rc.race_note(studio, fixed)  # it keeps its own config, and is told
+    skipping = studio.create_session(replace(fixed_cfg.with_overrides(algo={"skip_flat_groups": True}), run_id="fs"))
+    assert rc.race_note(studio, skipping.dir.name) == ""
     assert "embedded 135M model" in rc.race_note(studio, sw) and "search family" in rc.race_note(studio, RUN)
     assert [v for _, v in rc.target_choices(studio, sw)] == [v for _, v in rc.target_choices(studio, RUN)] == ["trap", "open"]
     with pytest.raises(ValueError, match="unknown race target 'mars'"):
