@@ -50,12 +50,12 @@ sys.path.insert(0, str(ROOT))
 from empo2_studio.config import EMBEDDED_MODEL, PolicyConfig  # noqa: E402
 from empo2_studio.envs.trap import CAN, DOORS, TASKS, TrapEnv, _route  # noqa: E402
 from empo2_studio.envs.room_notes import record_line  # noqa: E402
-from empo2_studio.memory.reflection import FALLBACK_PREFIX  # noqa: E402
+from empo2_studio.memory.reflection import FALLBACK_PREFIX, TIP_INSTRUCTION  # noqa: E402
 from empo2_studio.policy import Turn, prompts  # noqa: E402
 from empo2_studio.types import RetrievedTip  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "scripts"))
-from note_wordings import training_note  # noqa: E402
+from note_wordings import reflection_answer, training_note  # noqa: E402
 
 DEFAULT_OUT = ROOT / "assets" / "warmstart" / EMBEDDED_MODEL
 
@@ -185,6 +185,46 @@ def conversation(task: str, variation: int, rng: random.Random, step_limit: int 
     return turns, learn
 
 
+def reflection_conversation(task: str, variation: int, rng: random.Random, step_limit: int = 8, recipe: str = "wordings",
+                            template: float = 0.25) -> tuple[list[tuple[str, str, tuple[str, ...]]], str]:  # fmt: skip
+    """An episode as the policy saw it, then the true note about it that answers the reflection prompt.
+
+    Half the episodes follow a note (`conversation`), half are note-free walks that take the note's next
+    action 40 % of the time and a door or any valid action otherwise, so they win, fail and search. The
+    answer (`note_wordings.reflection_answer`) says only what the turns' observations showed: the rooms
+    the policy stood in at each turn (the room a last "go to" enters is never shown to it) and where it
+    saw the watering can. Returns (turns as (user text, action, valid actions), answer)."""
+    if rng.random() < 0.5:
+        turns, _ = conversation(task, variation, rng, step_limit, recipe, template)
+        actions = [a for _, a, _ in turns]
+    else:
+        env = TrapEnv(step_limit=step_limit)
+        obs = env.reset(task, variation)
+        turns, actions = [], []
+        for i in range(step_limit):
+            user = prompts.first_user_message("trap", obs, ()) if i == 0 else prompts.step_user_message(obs, "trap")
+            doors = [a for a in obs.valid_actions if a.startswith("go to")]
+            r = rng.random()
+            action = next_action(env) if r < 0.4 else rng.choice(doors) if doors and r < 0.8 else rng.choice(obs.valid_actions)
+            turns.append((user, action, obs.valid_actions))
+            actions.append(action)
+            res = env.step(action)
+            obs = res.observation
+            if res.done:
+                break
+    env = TrapEnv(step_limit=step_limit)  # replay: the rooms each turn was played in
+    env.reset(task, variation)
+    rooms, can_room = [], None
+    for action in actions:
+        st = env._state
+        assert st is not None
+        rooms.append(st.room)
+        if st.objects.get(CAN) == st.room and can_room is None and task == "trap-water-plant":
+            can_room = st.room
+        env.step(action)
+    return turns, reflection_answer(env.layout(task, variation), rooms, can_room, rng)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
@@ -200,6 +240,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--splits", nargs="+", default=["dev"], choices=["dev", "train"], help="layouts trained on (never test)")
     ap.add_argument("--template", type=float, default=0.25, help="share of notes in the curated template's wording")
     ap.add_argument("--anchor-weight", type=float, default=1.0, help="weight of the note-free KL anchor")
+    ap.add_argument("--reflect", type=float, default=0.0,
+                    help="reflection conversations per note-following one: the reflection prompt answered with a "
+                         "true note about the episode (0 = none, the shipped adapter)")
     args = ap.parse_args(argv)
 
     import torch
@@ -223,6 +266,11 @@ def main(argv: list[str] | None = None) -> int:
         anchors = [anchor_conversation(t, v, rng) for t, v in layouts for _ in range(args.per_layout)]
         rng.shuffle(anchors)
         anchor_convs = [[Turn(u, fmt.encode(a) + (fmt.eot_id,), valid) for u, a, valid in w] for w in anchors]
+        reflections = [reflection_conversation(t, v, rng, recipe=args.recipe, template=args.template)
+                       for t, v in rng.sample(layouts * args.per_layout, round(len(data) * args.reflect))]  # fmt: skip
+        reflect_convs = [[*(Turn(u, fmt.encode(a) + (fmt.eot_id,), valid) for u, a, valid in turns),
+                          Turn(TIP_INSTRUCTION, fmt.encode(answer) + (fmt.eot_id,), ())] for turns, answer in reflections]  # fmt: skip
+        per_batch = -(-len(reflect_convs) // max(1, -(-len(data) // args.batch)))  # spread over the batches
         with torch.no_grad(), policy.no_adapter():  # the base model's note-free distributions, fixed
             base = [policy.allowed_logprobs(c) for c in anchor_convs]
         for b in range(0, len(data), args.batch):
@@ -237,14 +285,26 @@ def main(argv: list[str] | None = None) -> int:
                     kls.append((ref.exp() * (ref - cur)).sum())
             kl = torch.stack(kls).mean() if kls else nll.new_zeros(())
             loss = nll + args.anchor_weight * kl
+            first = b // args.batch * per_batch
+            notes = reflect_convs[first : first + per_batch]
+            note_nll = nll.new_zeros(())
+            if notes:
+                policy.decoding = "free"  # the note is free text (write_tips decodes it unconstrained)
+                try:
+                    note_nll = -torch.cat([conv[-1] for conv in policy.score(notes)]).mean()
+                finally:
+                    policy.decoding = "constrained"
+                loss = loss + note_nll
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(policy.trainable_parameters(), 1.0)
             opt.step()
             acc = float(torch.stack([p.sum() for p in picked]).exp().mean())
-            history.append({"epoch": epoch, "step": len(history), "loss": float(nll), "kl": float(kl), "p_action": acc})
+            history.append({"epoch": epoch, "step": len(history), "loss": float(nll), "kl": float(kl), "p_action": acc,
+                            "note_nll": float(note_nll)})  # fmt: skip
             print(f"epoch {epoch} batch {b // args.batch + 1}/{-(-len(data) // args.batch)} "
-                  f"nll {float(nll):.3f} kl {float(kl):.4f} mean P(action) {acc:.2f} [{time.time() - t0:.0f} s]", flush=True)
+                  f"nll {float(nll):.3f} kl {float(kl):.4f} mean P(action) {acc:.2f} note nll {float(note_nll):.3f} "
+                  f"[{time.time() - t0:.0f} s]", flush=True)  # fmt: skip
     policy.model.eval()
     args.out.mkdir(parents=True, exist_ok=True)
     policy.save_adapter(str(args.out))
@@ -256,8 +316,10 @@ def main(argv: list[str] | None = None) -> int:
            "shows them)" if args.recipe == "shipped" else
            "note-following turns (likelihood; notes in the curated template, record lines and random wordings "
            "from scripts/note_wordings.py, plans shown whole or cut by remaining_plan)")
+        + (f", the reflection prompt answered with a true note about the episode ({args.reflect:g} per "
+           "note-following conversation)" if args.reflect else "")
         + " and note-free random walks (KL to the base model)",
-        "recipe": args.recipe, "splits": args.splits, "template_share": args.template,
+        "recipe": args.recipe, "splits": args.splits, "template_share": args.template, "reflect": args.reflect,
         "last_layers": args.last_layers, "anchor_weight": args.anchor_weight, "epochs": args.epochs, "per_layout": args.per_layout, "batch": args.batch, "lr": args.lr, "seed": args.seed,
         "seconds": round(time.time() - t0, 1), "history": history,
     }  # fmt: skip

@@ -142,3 +142,58 @@ def training_note(layout: Layout, rng: random.Random) -> str:
     if rng.random() < 0.3:
         parts.insert(rng.randint(0, len(parts)), rng.choice(FILLER))
     return " ".join(parts)
+
+
+# ---- the model's own notes: a true one-line summary of an episode (reflection answers) -----------
+
+FOUND = (
+    "I found the {name} in the {room}.",
+    "The {name} turned up in the {room}.",
+    "The {name} was in the {room}.",
+    "I saw the {name} in the {room}.",
+    "The {room} has the {name}.",
+    "Found it: the {name} is in the {room}.",
+    "The {name} I need is in the {room}.",
+)
+NOT_FOUND = (
+    "The {name} was not in the {rooms}.",
+    "I searched the {rooms} but did not find the {name}.",
+    "No {name} in the {rooms}.",
+    "I looked in the {rooms}; the {name} is not there.",
+    "The {name} is not in the {rooms}.",
+    "I did not find the {name} in the {rooms}.",
+)
+CAN_FOUND = (
+    "The watering can stood in the {can_room}.",
+    "I saw the watering can in the {can_room}.",
+    "The can was in the {can_room}.",
+)
+AFTER_FOUND = ("", "", "", " Focus on it there.", " Go there and focus on it.")
+
+
+def room_list(rooms: list[str], rng: random.Random) -> str:
+    """'kitchen', 'kitchen and bedroom', 'hallway, kitchen and bedroom' (or with 'or' / commas only)."""
+    if len(rooms) == 1:
+        return rooms[0]
+    joint = rng.choice((" and ", " and the ", " or "))
+    return ", ".join(rooms[:-1]) + joint + rooms[-1]
+
+
+def reflection_answer(layout: Layout, rooms_seen: list[str], can_room: str | None, rng: random.Random) -> str:
+    """A true one-line note about an episode of `layout` that was in `rooms_seen` (in order) and saw the
+    watering can in `can_room` (None: not seen or not a water-plant task): where the target was seen,
+    or the rooms searched without it, in a random wording; short enough for the embedded model's
+    24-token tip cap."""
+    name = layout.target if layout.task == "trap-find-animal" or rng.random() < 0.7 else names(layout, rng)
+    parts = []
+    if layout.target_room in rooms_seen:
+        parts.append(rng.choice(FOUND).format(name=name, room=layout.target_room) + rng.choice(AFTER_FOUND))
+    else:
+        searched = list(dict.fromkeys(rooms_seen))
+        if len(searched) > 1 and START_ROOM in searched and rng.random() < 0.5:
+            searched.remove(START_ROOM)  # the hallway is where every episode starts: often left unsaid
+        parts.append(rng.choice(NOT_FOUND).format(name=name, rooms=room_list(searched, rng)))
+    # The can, when seen, is the other fact a water-plant note needs (the checker asks for it too).
+    if can_room:
+        parts.insert(rng.randint(0, len(parts)), rng.choice(CAN_FOUND).format(can_room=can_room))
+    return " ".join(parts)

@@ -136,3 +136,36 @@ def test_training_conversations_learn_a_valid_next_action_and_never_see_test_lay
     assert [turns[i][1] for i in learn][-2:] == TrapEnv().gold_path("trap-light-bulb", 30)[-2:]
     with pytest.raises(SystemExit):  # argparse refuses the test layouts
         mw.main(["--splits", "test", "--out", "/nonexistent"])
+
+
+def test_reflection_answers_say_what_the_episode_saw_and_share_no_sentence_with_the_heldout_set(bench, wordings_mod):
+    lay = TrapEnv().layout("trap-light-bulb", 24)  # the red light bulb, in the greenhouse
+    assert (lay.target, lay.target_room) == ("red light bulb", "greenhouse")
+    rng = random.Random(0)
+    for _ in range(30):
+        found = wordings_mod.reflection_answer(lay, ["hallway", "greenhouse"], None, rng)
+        assert "greenhouse" in found and "red" in found and " not " not in f" {found} "
+        missed = wordings_mod.reflection_answer(lay, ["hallway", "kitchen", "kitchen"], None, rng)
+        assert "kitchen" in missed and "greenhouse" not in missed and re.search(r"\b(not|No)\b", missed)
+        assert missed.count("kitchen") == 1  # a room searched twice is named once
+    can = TrapEnv().layout("trap-water-plant", 24)
+    assert "watering can stood in the hallway" in " ".join(
+        wordings_mod.reflection_answer(can, ["hallway", "kitchen"], "hallway", random.Random(s)) for s in range(10))
+    env, heldout, written = TrapEnv(), set(), set()
+    for task, ws in bench.load_wordings(HELDOUT).items():
+        for v in env.variations(task, "test"):
+            heldout |= {s for w in ws for s in sentences(bench.fill(w, task, v))}
+            for rooms in (["hallway"], ["hallway", env.layout(task, v).target_room], ["hallway", "kitchen", "bedroom"]):
+                written |= sentences(wordings_mod.reflection_answer(env.layout(task, v), rooms, "hallway", rng))
+    assert not written & heldout, sorted(written & heldout)[:5]
+
+
+def test_a_reflection_conversation_ends_in_a_true_note_about_what_its_turns_showed():
+    mw = _load(ROOT / "scripts" / "make_warmstart.py", "make_warmstart_under_test")
+    rng = random.Random(4)
+    for task in SEARCH:
+        for v in (24, 30, 35):
+            turns, answer = mw.reflection_conversation(task, v, rng)
+            lay = TrapEnv().layout(task, v)
+            shown = " ".join(u for u, _, _ in turns)  # the room a turn is played in is in its user text
+            assert (lay.target_room in answer) == (f"This room is called the {lay.target_room}." in shown)

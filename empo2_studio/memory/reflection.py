@@ -31,7 +31,7 @@ from empo2_studio.types import Episode
 MAX_TIP_WORDS = 100
 FALLBACK_PREFIX = "[no tip written by the model]"
 OWN_NOTE_PREFIX = "[the model's note]"
-"""Marks the model's own sentence after the environment's record line in a stored tip."""
+"""Marks the model's own sentence, before the environment's record line, in a stored tip."""
 
 TIP_INSTRUCTION = (
     "Thank you for playing. This trajectory has now ended. "
