@@ -20,7 +20,11 @@ What it learns, on the constrained-decoding distribution over the step's valid a
      conversations show plans whole.
    In both, an uninformative note sometimes sits beside the informative one, and trajectories start
    with 0–2 detours so the model also learns to recover;
-2. on the same layouts *without* notes, nothing new: a KL(base ‖ adapted) term over the allowed tokens
+2. with `--reflect R` (an experiment, 0 in the shipped adapter): R reflection conversations per
+   note-following one, each an episode (note-following or a note-free walk) followed by the reflection
+   prompt (`memory.reflection.TIP_INSTRUCTION`) answered with a true note about what the episode's turns
+   showed (`note_wordings.reflection_answer`), learned as free text, as `write_tips` decodes it;
+3. on the same layouts *without* notes, nothing new: a KL(base ‖ adapted) term over the allowed tokens
    at every action position of random note-free walks keeps the note-free policy at the base model's.
    Without it the note-free reflex became one fixed door ("go to bedroom", 0.98, on every layout), so
    naive episodes won wherever the target was behind it and the trap stopped trapping.
