@@ -22,10 +22,17 @@ after it (the stored tip's order before 2026-12-04) or before it (`memory.reflec
 Part "bad": the template with the target's room replaced by a wrong one, played as the rollout shows
 notes: does the agent follow the note (goes to the named room) or ignore it?
 
+Part "write": does the policy's own note state what its episode found? Episodes played with no note
+(mostly failed) and with the template pinned (mostly won), then the note the policy writes after each,
+asked as training asks (`memory.reflection`: `TIP_INSTRUCTION` after the episode's conversation,
+`clean_tip`), the model's sentence alone (no record line), checked against the episode's observations
+by `envs.note_check` (correct / false / neither), per task for won and failed episodes.
+
 Run:  .venv/bin/python benchmarks/bench_notes.py --parts probs     (~9 min per task on a busy 2-core machine)
       .venv/bin/python benchmarks/bench_notes.py --parts bad --seeds 0 --threads 1
       .venv/bin/python benchmarks/bench_notes.py --parts order --tasks trap-light-bulb-fixed --variations 0 1 2 3 4
       .venv/bin/python benchmarks/bench_notes.py --parts play --rows 00 02 03 05    (a few wordings; play is the slow part)
+      .venv/bin/python benchmarks/bench_notes.py --parts write --seeds 0 --episodes 4 --threads 1  (the model's notes)
       .venv/bin/python benchmarks/bench_notes.py --warm-start /tmp/ws               (another adapter)
 Results go to stdout and `<sessions root>/bench_notes-<time>/notes.md` (+ notes.json).
 """
@@ -46,12 +53,19 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch  # noqa: E402
 
 from empo2_studio.config import RunConfig  # noqa: E402
+from empo2_studio.envs.note_check import NoteVerdict, check_note, episode_facts  # noqa: E402
 from empo2_studio.envs.room_notes import record_line  # noqa: E402
 from empo2_studio.envs.trap import CAN, START_ROOM, TASKS, TrapEnv  # noqa: E402
 from empo2_studio.envs.trap_world import SIDE_ROOMS  # noqa: E402
-from empo2_studio.memory.reflection import OWN_NOTE_PREFIX, with_record  # noqa: E402
+from empo2_studio.memory.reflection import (  # noqa: E402
+    FALLBACK_PREFIX,
+    OWN_NOTE_PREFIX,
+    TIP_INSTRUCTION,
+    clean_tip,
+    with_record,
+)
 from empo2_studio.policy import Turn, load_policy, prompts  # noqa: E402
-from empo2_studio.rollout import play_group, seed_policy  # noqa: E402
+from empo2_studio.rollout import conversation, play_group, seed_policy  # noqa: E402
 from empo2_studio.sessions import default_sessions_root  # noqa: E402
 from empo2_studio.types import RetrievedTip  # noqa: E402
 
@@ -168,9 +182,12 @@ class PinnedNote:
         raise RuntimeError("the benchmark's pinned note is read-only")
 
 
-def play_with_note(policy, task: str, variation: int, note: str | None, args, seed: int, cut: bool) -> list:
+def play_with_note(
+    policy, task: str, variation: int, note: str | None, args, seed: int, cut: bool, keep_caches: bool = False
+) -> list:
     """`args.episodes` episodes with `note` pinned (naive when None); `cut`: the rollout shows the note
-    as `prompts.remaining_plan` cuts it, else whole at every step."""
+    as `prompts.remaining_plan` cuts it, else whole at every step; `keep_caches`: keep each episode's
+    sampling cache for the note written right after (`own_notes`), as training does."""
     envs = [TrapEnv(step_limit=args.step_limit) for _ in range(args.episodes)]
     seed_policy(policy, seed)
     saved = prompts.with_plan_progress
@@ -180,6 +197,7 @@ def play_with_note(policy, task: str, variation: int, note: str | None, args, se
         eps = play_group(
             envs, policy, PinnedNote(note) if note else None, task=task, variation=variation, split="test",
             rollout_mode="memory" if note else "naive", update_mode=None, temperature=args.temperature, seed=seed,
+            keep_caches=keep_caches,
         )  # fmt: skip
     finally:
         prompts.with_plan_progress = saved
@@ -313,14 +331,110 @@ def part_order(args, policy, wordings) -> tuple[list[str], dict]:
     return lines, out
 
 
-PARTS = {"probs": part_probs, "play": part_play, "bad": part_bad, "order": part_order}
+def own_notes(policy, episodes: Sequence) -> list[str]:
+    """The note the policy writes about each episode, asked exactly as training asks
+    (`memory.reflection.write_tips`: `TIP_INSTRUCTION` after the episode's conversation as the policy saw
+    it, `rollout.conversation`, one batched greedy call) and cleaned by `clean_tip`, but without the
+    record line `with_record` adds: the model's own sentence, or the `FALLBACK_PREFIX` fallback.
+    Raises ValueError when the policy returns another number of replies."""
+    if not episodes:
+        return []
+    convs = [conversation(e) for e in episodes]
+    replies = policy.write_tips(convs, TIP_INSTRUCTION, keys=[e.episode_id for e in episodes])
+    if len(replies) != len(episodes):
+        raise ValueError(f"policy.write_tips returned {len(replies)} notes for {len(episodes)} episodes")
+    return [clean_tip(r, e) for r, e in zip(replies, episodes, strict=True)]
+
+
+def judge_note(note: str, episode) -> NoteVerdict:
+    """`check_note` of the note against the episode's facts; a fallback (the model wrote nothing usable)
+    is filler whatever its summary of the actions says."""
+    if note.startswith(FALLBACK_PREFIX):
+        return NoteVerdict(False, False, (), "neither: the model wrote nothing usable (fallback)")
+    return check_note(note, episode_facts(episode))
+
+
+def write_table(records: Sequence[dict[str, Any]], tasks: Sequence[str]) -> list[str]:
+    """Markdown rows of part write: per task, won and failed episodes apart, n and the rates of correct,
+    false and filler (neither) notes; then up to 3 example notes per task, distinct, with their verdict
+    (one of each kind first). `records`: {"task", "won", "note", "correct", "false", "reason"} per episode."""
+    lines = ["| task | episodes | n | correct | false | filler (neither) |", "|---|---|---|---|---|---|"]
+    for task in tasks:
+        for label, won in (("won", True), ("failed", False)):
+            rs = [r for r in records if r["task"] == task and r["won"] == won]
+            if not rs:
+                lines.append(f"| {task} | {label} | 0 | – | – | – |")
+                continue
+            n, c, f = len(rs), sum(r["correct"] for r in rs), sum(r["false"] for r in rs)
+            lines.append(f"| {task} | {label} | {n} | {c / n:.2f} | {f / n:.2f} | {(n - c - f) / n:.2f} |")
+    for task in tasks:
+        firsts: dict[str, dict[str, Any]] = {}  # each note text once, at its first episode
+        for r in records:
+            if r["task"] == task:
+                firsts.setdefault(r["note"], r)
+        rs = list(firsts.values())
+        kinds = {"correct": [r for r in rs if r["correct"]], "false": [r for r in rs if r["false"]],
+                 "filler": [r for r in rs if not r["correct"] and not r["false"]]}  # fmt: skip
+        picked = [k[0] for k in kinds.values() if k]
+        picked += [r for r in rs if r not in picked][: 3 - len(picked)]
+        if picked:
+            lines += ["", f"Example notes, {task}:", ""]
+            for r in picked[:3]:
+                outcome = "won" if r["won"] else "failed"
+                lines.append(f"- ({outcome}) \"{r['note']}\" → {r['reason']}")
+    return lines
+
+
+def part_write(args, policy, wordings) -> tuple[list[str], dict]:
+    """The policy's own notes checked against its episodes (`envs.note_check`): on each test layout and
+    seed, `args.episodes` episodes with no note and as many with the template pinned (remaining_plan on,
+    as the rollout shows notes), then the note written after each (`own_notes`)."""
+    vs = args.play_variations
+    lines = [
+        f"### The model's own notes checked against its episodes: test variations {vs}, {args.episodes} episodes × "
+        f"{len(args.seeds)} seeds per layout with no note and as many with the template pinned, step limit "
+        f"{args.step_limit}, T = {args.temperature}; notes written greedily after TIP_INSTRUCTION, no record line",
+        "",
+    ]
+    records: list[dict[str, Any]] = []
+    for task in args.tasks:
+        for v in vs:
+            for seed in args.seeds:
+                for row, note in ((NO_NOTE, None), (TEMPLATE_CUT, TrapEnv().curated_tip(task, v))):
+                    eps = play_with_note(policy, task, v, note, args, seed * 1000 + v, cut=True, keep_caches=True)
+                    for ep, text in zip(eps, own_notes(policy, eps), strict=True):
+                        vd = judge_note(text, ep)
+                        records.append({"task": task, "variation": v, "seed": seed, "pinned": row, "won": ep.won,
+                                        "score": ep.score, "note": text, "correct": vd.correct, "false": vd.false,
+                                        "reason": vd.reason, "claims": [list(c) for c in vd.claims]})  # fmt: skip
+        done = [r for r in records if r["task"] == task]
+        print(f"  {task}: {len(done)} notes, correct {sum(r['correct'] for r in done)}, "
+              f"false {sum(r['false'] for r in done)}", flush=True)  # fmt: skip
+    lines += write_table(records, args.tasks)
+    for line in lines[2:]:
+        print(line, flush=True)
+    out: dict = {}
+    for task in args.tasks:
+        rs = [r for r in records if r["task"] == task]
+        out[task] = {"won": _rates([r for r in rs if r["won"]]), "failed": _rates([r for r in rs if not r["won"]]),
+                     "notes": rs}  # fmt: skip
+    return lines, out
+
+
+def _rates(rs: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """n and the rates of correct, false and filler notes among `rs` (0.0 each when there are none)."""
+    n, c, f = len(rs), sum(r["correct"] for r in rs), sum(r["false"] for r in rs)
+    return {"n": n, **{k: x / n if n else 0.0 for k, x in (("correct", c), ("false", f), ("filler", n - c - f))}}
+
+
+PARTS = {"probs": part_probs, "play": part_play, "bad": part_bad, "order": part_order, "write": part_write}
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--parts", nargs="+", default=["probs", "play"], choices=list(PARTS))
     ap.add_argument("--tasks", nargs="+", default=list(SEARCH_TASKS), choices=list(TASKS),
-                    help="the held-out wordings cover the search family (parts probs, play); order and bad take any")
+                    help="the held-out wordings cover the search family (parts probs, play); order, bad and write take any")
     ap.add_argument("--variations", type=int, nargs="+", default=[36, 40, 44], help="test layouts scored (36-47)")
     ap.add_argument("--play-variations", type=int, nargs="+", default=[36, 40, 44], help="test layouts played")
     ap.add_argument("--rows", nargs="*", default=None, help="wording numbers played (e.g. 00 03); default all")

@@ -62,15 +62,8 @@ class Trainer:
         envs: an env pool shared with its owner (the studio), who closes it; None = the trainer's own.
     """
 
-    def __init__(
-        self,
-        cfg: RunConfig,
-        session: Any,
-        *,
-        policy: Any | None = None,
-        embedder: Any | None = None,
-        envs: EnvPool | None = None,
-    ) -> None:
+    def __init__(self, cfg: RunConfig, session: Any, *, policy: Any | None = None, embedder: Any | None = None,
+                 envs: EnvPool | None = None) -> None:  # fmt: skip
         from empo2_studio.memory import TipStore, make_embedder
         from empo2_studio.policy import load_policy
 
@@ -82,11 +75,8 @@ class Trainer:
         self.store = TipStore.open(session.tips_path, self.embedder, cfg.memory)
         self.iteration = 0
         self.rng = random.Random(cfg.seed)
-        self.optimizer = torch.optim.AdamW(
-            [p for p in self.policy.trainable_parameters() if p.requires_grad],
-            lr=cfg.train.learning_rate,
-            weight_decay=cfg.train.weight_decay,
-        )
+        trainable = [p for p in self.policy.trainable_parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(trainable, lr=cfg.train.learning_rate, weight_decay=cfg.train.weight_decay)
         self.settings = UpdateSettings.from_config(cfg.algo, cfg.train)
         self.pool = envs if envs is not None else EnvPool(cfg.env)
         self._owns_pool = envs is None

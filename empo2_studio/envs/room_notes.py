@@ -41,10 +41,15 @@ def episode_record(episode: Episode) -> str:
     (executed action, reward, observation) and the notes it read; "" for an episode without steps."""
     if not episode.steps:
         return ""
-    first = ("", 0.0, episode.first_observation)
-    steps = [(s.action or s.sample.text, s.reward, s.observation) for s in episode.steps]
     read = list(dict.fromkeys(t.text for s in episode.steps for t in s.tips))
-    return record_line(episode.task_description, [first, *steps], read)
+    return record_line(episode.task_description, episode_steps(episode), read)
+
+
+def episode_steps(episode: Episode) -> list[tuple[str, float, str]]:
+    """The (executed action, reward, observation after it) of each step of a played episode, led by its
+    first observation as a step with action "" and reward 0: what `record_line` and `walk_steps` read."""
+    first = ("", 0.0, episode.first_observation)
+    return [first, *((s.action or s.sample.text, s.reward, s.observation) for s in episode.steps)]
 
 
 def record_line(
@@ -82,7 +87,7 @@ def record_line(
         then water X." Parts with nothing to say are left out; "" when there is nothing at all.
     """
     targets, tool = focus_items(task_description), tool_of(task_description)
-    walk = _walk(steps, [*targets, tool])
+    walk = walk_steps(steps, [*targets, tool])
     found = _Findings(walk.seen_in, list(walk.searched))
     parts = _where(found, walk, targets, tool, notes_read, guess=guess)
     # A target seen: the whole winning plan in the valid actions' wording, which the warm-started model
@@ -103,8 +108,8 @@ def record_line(
 
 
 @dataclass
-class _Walk:
-    """What the observations of one episode showed."""
+class Walk:
+    """What the observations of one episode showed (`walk_steps`)."""
 
     seen_in: dict[str, str] = field(default_factory=dict)
     """Thing looked for → the first room it was seen in."""
@@ -114,20 +119,24 @@ class _Walk:
     """Rooms any observation's doors lead to, in order."""
     adjacent: dict[str, set[str]] = field(default_factory=dict)
     """Room → rooms one door away (both directions), from observations that describe one room."""
+    objects: list[str] = field(default_factory=list)
+    """Every object a room description listed, in order of first sight (articles dropped)."""
 
     @property
     def start(self) -> str:
         return self.searched[0] if self.searched else ""
 
 
-def _walk(steps: Sequence[tuple[str, float, str]], things: Sequence[str]) -> _Walk:
-    """Read every observation: the rooms described, what they held of `things`, the doors named."""
-    walk = _Walk()
+def walk_steps(steps: Sequence[tuple[str, float, str]], things: Sequence[str]) -> Walk:
+    """Read every observation of `steps` ((action, reward, observation) as `episode_steps` gives them):
+    the rooms described, the objects they listed, where each of `things` was first seen, the doors named."""
+    walk = Walk()
     for _, _, observation in steps:
         rooms = _ROOM.findall(observation)
         for room, contents in rooms:
             room = room.strip()
             items = _items(contents)
+            walk.objects += sorted(i for i in items if i not in walk.objects)
             for thing in things:
                 if thing and thing in items and thing not in walk.seen_in:
                     walk.seen_in[thing] = room
@@ -156,7 +165,7 @@ class _Findings:
 
 
 def _where(
-    found: _Findings, walk: _Walk, targets: Sequence[str], tool: str, notes_read: Sequence[str], *, guess: bool
+    found: _Findings, walk: Walk, targets: Sequence[str], tool: str, notes_read: Sequence[str], *, guess: bool
 ) -> list[str]:
     """The "was seen in" / "was not in" sentences; fills `found`'s missing, guessed and tool_room."""
     found.tool_room = found.seen_in.pop(tool, "") or _seen_in_notes(notes_read, tool) if tool else ""
