@@ -33,6 +33,7 @@ Run:  .venv/bin/python benchmarks/bench_notes.py --parts probs     (~9 min per t
       .venv/bin/python benchmarks/bench_notes.py --parts order --tasks trap-light-bulb-fixed --variations 0 1 2 3 4
       .venv/bin/python benchmarks/bench_notes.py --parts play --rows 00 02 03 05    (a few wordings; play is the slow part)
       .venv/bin/python benchmarks/bench_notes.py --parts write --seeds 0 --episodes 4 --threads 1  (the model's notes)
+      .venv/bin/python benchmarks/bench_notes.py --parts write --note-writer /tmp/writer   (notes by another adapter)
       .venv/bin/python benchmarks/bench_notes.py --warm-start /tmp/ws               (another adapter)
 Results go to stdout and `<sessions root>/bench_notes-<time>/notes.md` (+ notes.json).
 """
@@ -331,16 +332,17 @@ def part_order(args, policy, wordings) -> tuple[list[str], dict]:
     return lines, out
 
 
-def own_notes(policy, episodes: Sequence) -> list[str]:
+def own_notes(policy, episodes: Sequence, cached: bool = True) -> list[str]:
     """The note the policy writes about each episode, asked exactly as training asks
     (`memory.reflection.write_tips`: `TIP_INSTRUCTION` after the episode's conversation as the policy saw
-    it, `rollout.conversation`, one batched greedy call) and cleaned by `clean_tip`, but without the
+    it, `rollout.conversation`, one batched greedy call; `cached`: from the episodes' kept sampling caches,
+    which only the policy that played them has) and cleaned by `clean_tip`, but without the
     record line `with_record` adds: the model's own sentence, or the `FALLBACK_PREFIX` fallback.
     Raises ValueError when the policy returns another number of replies."""
     if not episodes:
         return []
     convs = [conversation(e) for e in episodes]
-    replies = policy.write_tips(convs, TIP_INSTRUCTION, keys=[e.episode_id for e in episodes])
+    replies = policy.write_tips(convs, TIP_INSTRUCTION, keys=[e.episode_id for e in episodes] if cached else None)
     if len(replies) != len(episodes):
         raise ValueError(f"policy.write_tips returned {len(replies)} notes for {len(episodes)} episodes")
     return [clean_tip(r, e) for r, e in zip(replies, episodes, strict=True)]
@@ -401,8 +403,9 @@ def part_write(args, policy, wordings) -> tuple[list[str], dict]:
         for v in vs:
             for seed in args.seeds:
                 for row, note in ((NO_NOTE, None), (TEMPLATE_CUT, TrapEnv().curated_tip(task, v))):
-                    eps = play_with_note(policy, task, v, note, args, seed * 1000 + v, cut=True, keep_caches=True)
-                    for ep, text in zip(eps, own_notes(policy, eps), strict=True):
+                    same = args.writer is policy  # a separate writer re-reads the episode (the caches are the actor's)
+                    eps = play_with_note(policy, task, v, note, args, seed * 1000 + v, cut=True, keep_caches=same)
+                    for ep, text in zip(eps, own_notes(args.writer, eps, cached=same), strict=True):
                         vd = judge_note(text, ep)
                         records.append({"task": task, "variation": v, "seed": seed, "pinned": row, "won": ep.won,
                                         "score": ep.score, "note": text, "correct": vd.correct, "false": vd.false,
@@ -444,6 +447,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--step-limit", type=int, default=8)
     ap.add_argument("--temperature", type=float, default=1.0)
     ap.add_argument("--warm-start", default=RunConfig().policy.warm_start, help="auto (the shipped adapter) | none | DIR")
+    ap.add_argument("--note-writer", default=None, metavar="DIR",
+                    help="part write: another adapter writes the notes about the episodes the --warm-start one played")
     ap.add_argument("--wordings", type=Path, default=HELDOUT)
     ap.add_argument("--root", type=Path, default=None, help="sessions root (default: $EMPO2_SESSIONS_DIR or ./sessions)")
     args = ap.parse_args(argv)
@@ -452,7 +457,10 @@ def main(argv: list[str] | None = None) -> int:
     root = (args.root or default_sessions_root()) / time.strftime("bench_notes-%Y%m%d-%H%M%S")
     root.mkdir(parents=True, exist_ok=True)
     policy = load_policy(dataclasses.replace(RunConfig().policy, warm_start=args.warm_start))
-    report = [f"# bench_notes ({time.strftime('%Y-%m-%d %H:%M')}, warm start {args.warm_start}, policy {policy.version})", ""]
+    args.writer = policy if args.note_writer is None else load_policy(
+        dataclasses.replace(RunConfig().policy, warm_start=args.note_writer))  # fmt: skip
+    writer = f", notes written by {args.note_writer}" if args.note_writer else ""
+    report = [f"# bench_notes ({time.strftime('%Y-%m-%d %H:%M')}, warm start {args.warm_start}, policy {policy.version}{writer})", ""]
     results: dict = {}
     for name in args.parts:
         t = time.perf_counter()

@@ -193,23 +193,30 @@ def reflection_conversation(task: str, variation: int, rng: random.Random, step_
                             template: float = 0.25) -> tuple[list[tuple[str, str, tuple[str, ...]]], str]:  # fmt: skip
     """An episode as the policy saw it, then the true note about it that answers the reflection prompt.
 
-    Half the episodes follow a note (`conversation`), half are note-free walks that take the note's next
-    action 40 % of the time and a door or any valid action otherwise, so they win, fail and search. The
-    answer (`note_wordings.reflection_answer`) says only what the turns' observations showed: the rooms
-    the policy stood in at each turn (the room a last "go to" enters is never shown to it) and where it
-    saw the watering can. Returns (turns as (user text, action, valid actions), answer)."""
-    if rng.random() < 0.5:
+    Half the episodes are meant to see the target: a note-following episode (`conversation`) or a walk
+    that takes the note's next action half the time. The other half never enter the target's room (a
+    random walk over the other actions), so the note must say where the target was *not*: with wins
+    9 in 10 of the episodes, the model learned to name a room whatever it saw. The answer
+    (`note_wordings.reflection_answer`) says only what the turns' observations showed: the rooms the
+    policy stood in at each turn (the room a last "go to" enters is never shown to it) and where it saw
+    the watering can. Returns (turns as (user text, action, valid actions), answer)."""
+    find = rng.random() < 0.5
+    if find and rng.random() < 0.5:
         turns, _ = conversation(task, variation, rng, step_limit, recipe, template)
         actions = [a for _, a, _ in turns]
     else:
         env = TrapEnv(step_limit=step_limit)
         obs = env.reset(task, variation)
+        avoid = f"go to {env.layout(task, variation).target_room}"
         turns, actions = [], []
         for i in range(step_limit):
             user = prompts.first_user_message("trap", obs, ()) if i == 0 else prompts.step_user_message(obs, "trap")
-            doors = [a for a in obs.valid_actions if a.startswith("go to")]
-            r = rng.random()
-            action = next_action(env) if r < 0.4 else rng.choice(doors) if doors and r < 0.8 else rng.choice(obs.valid_actions)
+            if find and rng.random() < 0.5:
+                action = next_action(env)
+            else:
+                allowed = [a for a in obs.valid_actions if find or a != avoid]
+                doors = [a for a in allowed if a.startswith("go to")]
+                action = rng.choice(doors) if doors and rng.random() < 0.7 else rng.choice(allowed)
             turns.append((user, action, obs.valid_actions))
             actions.append(action)
             res = env.step(action)
@@ -244,6 +251,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--splits", nargs="+", default=["dev"], choices=["dev", "train"], help="layouts trained on (never test)")
     ap.add_argument("--template", type=float, default=0.25, help="share of notes in the curated template's wording")
     ap.add_argument("--anchor-weight", type=float, default=1.0, help="weight of the note-free KL anchor")
+    ap.add_argument("--reflect-only", action="store_true",
+                    help="train only the reflection answers (per-layout conversations each), no note-following turns "
+                         "and no anchor: an adapter that writes notes, for another to act")
     ap.add_argument("--reflect", type=float, default=0.0,
                     help="reflection conversations per note-following one: the reflection prompt answered with a "
                          "true note about the episode (0 = none, the shipped adapter)")
@@ -265,33 +275,41 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.time()
     policy.model.train()
     for epoch in range(args.epochs):
-        data = [conversation(t, v, rng, recipe=args.recipe, template=args.template) for t, v in layouts for _ in range(args.per_layout)]
+        follow = not args.reflect_only
+        data = [conversation(t, v, rng, recipe=args.recipe, template=args.template)
+                for t, v in layouts for _ in range(args.per_layout)] if follow else []  # fmt: skip
         rng.shuffle(data)
-        anchors = [anchor_conversation(t, v, rng) for t, v in layouts for _ in range(args.per_layout)]
+        anchors = [anchor_conversation(t, v, rng) for t, v in layouts for _ in range(args.per_layout)] if follow else []
         rng.shuffle(anchors)
         anchor_convs = [[Turn(u, fmt.encode(a) + (fmt.eot_id,), valid) for u, a, valid in w] for w in anchors]
+        n_notes = round(len(data) * args.reflect) if follow else len(layouts) * args.per_layout
         reflections = [reflection_conversation(t, v, rng, recipe=args.recipe, template=args.template)
-                       for t, v in rng.sample(layouts * args.per_layout, round(len(data) * args.reflect))]  # fmt: skip
+                       for t, v in rng.sample(layouts * args.per_layout, n_notes)]  # fmt: skip
         reflect_convs = [[*(Turn(u, fmt.encode(a) + (fmt.eot_id,), valid) for u, a, valid in turns),
                           Turn(TIP_INSTRUCTION, fmt.encode(answer) + (fmt.eot_id,), ())] for turns, answer in reflections]  # fmt: skip
-        per_batch = -(-len(reflect_convs) // max(1, -(-len(data) // args.batch)))  # spread over the batches
+        steps = -(-(len(data) if follow else n_notes) // args.batch)
+        per_batch = -(-len(reflect_convs) // max(1, steps))  # the reflection answers, spread over the steps
         with torch.no_grad(), policy.no_adapter():  # the base model's note-free distributions, fixed
             base = [policy.allowed_logprobs(c) for c in anchor_convs]
-        for b in range(0, len(data), args.batch):
+        for step in range(steps):
+            b = step * args.batch
             batch = data[b : b + args.batch]
-            convs = [[Turn(u, fmt.encode(a) + (fmt.eot_id,), valid) for u, a, valid in turns] for turns, _ in batch]
-            logps = policy.score(convs)
-            picked = [logps[c][i] for c, (_, learn) in enumerate(batch) for i in learn]
-            nll = -torch.cat(picked).mean()
-            kls = []
-            for c in range(b, min(b + args.batch, len(anchor_convs))):
-                for ref, cur in zip(base[c], policy.allowed_logprobs(anchor_convs[c]), strict=True):
-                    kls.append((ref.exp() * (ref - cur)).sum())
-            kl = torch.stack(kls).mean() if kls else nll.new_zeros(())
+            nll = kl = torch.zeros(())
+            acc = float("nan")
+            if batch:
+                convs = [[Turn(u, fmt.encode(a) + (fmt.eot_id,), valid) for u, a, valid in turns] for turns, _ in batch]
+                logps = policy.score(convs)
+                picked = [logps[c][i] for c, (_, learn) in enumerate(batch) for i in learn]
+                nll = -torch.cat(picked).mean()
+                acc = float(torch.stack([p.sum() for p in picked]).exp().mean())
+                kls = []
+                for c in range(b, min(b + args.batch, len(anchor_convs))):
+                    for ref, cur in zip(base[c], policy.allowed_logprobs(anchor_convs[c]), strict=True):
+                        kls.append((ref.exp() * (ref - cur)).sum())
+                kl = torch.stack(kls).mean() if kls else kl
             loss = nll + args.anchor_weight * kl
-            first = b // args.batch * per_batch
-            notes = reflect_convs[first : first + per_batch]
-            note_nll = nll.new_zeros(())
+            notes = reflect_convs[step * per_batch : (step + 1) * per_batch]
+            note_nll = torch.zeros(())
             if notes:
                 policy.decoding = "free"  # the note is free text (write_tips decodes it unconstrained)
                 try:
@@ -303,12 +321,10 @@ def main(argv: list[str] | None = None) -> int:
             loss.backward()
             torch.nn.utils.clip_grad_norm_(policy.trainable_parameters(), 1.0)
             opt.step()
-            acc = float(torch.stack([p.sum() for p in picked]).exp().mean())
             history.append({"epoch": epoch, "step": len(history), "loss": float(nll), "kl": float(kl), "p_action": acc,
                             "note_nll": float(note_nll)})  # fmt: skip
-            print(f"epoch {epoch} batch {b // args.batch + 1}/{-(-len(data) // args.batch)} "
-                  f"nll {float(nll):.3f} kl {float(kl):.4f} mean P(action) {acc:.2f} note nll {float(note_nll):.3f} "
-                  f"[{time.time() - t0:.0f} s]", flush=True)  # fmt: skip
+            print(f"epoch {epoch} batch {step + 1}/{steps} nll {float(nll):.3f} kl {float(kl):.4f} mean P(action) "
+                  f"{acc:.2f} note nll {float(note_nll):.3f} [{time.time() - t0:.0f} s]", flush=True)  # fmt: skip
     policy.model.eval()
     args.out.mkdir(parents=True, exist_ok=True)
     policy.save_adapter(str(args.out))

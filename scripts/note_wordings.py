@@ -187,7 +187,8 @@ def reflection_answer(layout: Layout, rooms_seen: list[str], can_room: str | Non
     name = layout.target if layout.task == "trap-find-animal" or rng.random() < 0.7 else names(layout, rng)
     parts = []
     if layout.target_room in rooms_seen:
-        parts.append(rng.choice(FOUND).format(name=name, room=layout.target_room) + rng.choice(AFTER_FOUND))
+        then = "" if can_room else rng.choice(AFTER_FOUND)  # two facts already fill the 24-token cap
+        parts.append(rng.choice(FOUND).format(name=name, room=layout.target_room) + then)
     else:
         searched = list(dict.fromkeys(rooms_seen))
         if len(searched) > 1 and START_ROOM in searched and rng.random() < 0.5:
