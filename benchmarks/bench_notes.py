@@ -55,7 +55,6 @@ import torch  # noqa: E402
 
 from empo2_studio.config import RunConfig  # noqa: E402
 from empo2_studio.envs.note_check import NoteVerdict, check_note, episode_facts  # noqa: E402
-from empo2_studio.envs.room_notes import record_line  # noqa: E402
 from empo2_studio.envs.trap import CAN, START_ROOM, TASKS, TrapEnv  # noqa: E402
 from empo2_studio.envs.trap_world import SIDE_ROOMS  # noqa: E402
 from empo2_studio.memory.reflection import (  # noqa: E402
@@ -162,10 +161,7 @@ def part_probs(args, policy, wordings) -> tuple[list[str], dict]:
             for row, p in layout_probs(policy, task, v, notes_for_layout(task, v, wordings[task])).items():
                 per.setdefault(row, []).append(p)
         out[task] = per
-        for row, ps in per.items():
-            cells = [f"{statistics.fmean(p[k] for p in ps):.2f} ({min(p[k] for p in ps):.2f})" for k in ("first", "focus", "finish")]
-            lines.append(f"| {task} | {row} | " + " | ".join(cells) + " |")
-            print(lines[-1], flush=True)
+        lines += prob_rows(task, per)
     return lines, out
 
 
@@ -285,17 +281,6 @@ MODEL_SENTENCES = (
 trap-light-bulb-fixed (seed 1, 2026-12-03): chatter, and bare actions copied from the episode."""
 
 
-def gold_record(task: str, variation: int) -> str:
-    """The environment's record line of the layout's shortest winning episode."""
-    env = TrapEnv()
-    obs = env.reset(task, variation)
-    steps = [("", 0.0, obs.text)]
-    for action in env.gold_path(task, variation):
-        result = env.step(action)
-        steps.append((action, result.reward, result.observation.text))
-    return record_line(env.task_description(task, variation), steps)
-
-
 def part_order(args, policy, wordings) -> tuple[list[str], dict]:
     """Where the model's own sentence sits in a stored tip: the record line of a winning episode alone,
     with one of `MODEL_SENTENCES` after it (the order before 2026-12-04) and before it (`with_record`
@@ -312,7 +297,7 @@ def part_order(args, policy, wordings) -> tuple[list[str], dict]:
     for task in args.tasks:
         per: dict[str, list[dict[str, float]]] = {}
         for v in args.variations:
-            record = gold_record(task, v)
+            record = TrapEnv().gold_record(task, v)
             notes = {"record line alone": [record],
                      "model's sentence after the record": [f"{record} {OWN_NOTE_PREFIX} {s}" for s in MODEL_SENTENCES],
                      "model's sentence first (with_record)": [with_record(s, record) for s in MODEL_SENTENCES]}  # fmt: skip
@@ -325,10 +310,7 @@ def part_order(args, policy, wordings) -> tuple[list[str], dict]:
                     lps = next(scored)
                     per.setdefault(row, []).append({k: float(lps[i].sum().exp()) for k, i in steps.items()})
         out[task] = per
-        for row, ps in per.items():
-            cells = [f"{statistics.fmean(p[k] for p in ps):.2f} ({min(p[k] for p in ps):.2f})" for k in ("first", "focus", "finish")]
-            lines.append(f"| {task} | {row} | " + " | ".join(cells) + " |")
-            print(lines[-1], flush=True)
+        lines += prob_rows(task, per)
     return lines, out
 
 
@@ -428,6 +410,17 @@ def _rates(rs: Sequence[dict[str, Any]]) -> dict[str, float]:
     """n and the rates of correct, false and filler notes among `rs` (0.0 each when there are none)."""
     n, c, f = len(rs), sum(r["correct"] for r in rs), sum(r["false"] for r in rs)
     return {"n": n, **{k: x / n if n else 0.0 for k, x in (("correct", c), ("false", f), ("filler", n - c - f))}}
+
+
+def prob_rows(task: str, per: dict[str, list[dict[str, float]]]) -> list[str]:
+    """One markdown row per note: mean (min) over layouts of P(first action), P(focus), P(finishing action),
+    each printed as it is made."""
+    rows = []
+    for row, ps in per.items():
+        cells = [f"{statistics.fmean(p[k] for p in ps):.2f} ({min(p[k] for p in ps):.2f})" for k in ("first", "focus", "finish")]
+        rows.append(f"| {task} | {row} | " + " | ".join(cells) + " |")
+        print(rows[-1], flush=True)
+    return rows
 
 
 PARTS = {"probs": part_probs, "play": part_play, "bad": part_bad, "order": part_order, "write": part_write}

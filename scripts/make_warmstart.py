@@ -79,17 +79,6 @@ def next_action(env: TrapEnv) -> str:
     return f"{TASKS[task].verb} {lay.target}"
 
 
-def gold_record(task: str, variation: int) -> str:
-    """The "[from the record]" line a winning episode of this layout writes."""
-    env = TrapEnv()
-    obs = env.reset(task, variation)
-    steps = [("", 0.0, obs.text)]
-    for action in env.gold_path(task, variation):
-        res = env.step(action)
-        steps.append((action, res.reward, res.observation.text))
-    return record_line(obs.task_description, steps)
-
-
 def failed_record(task: str, variation: int, rng: random.Random) -> str:
     """The record line of a failed episode: a wrong room searched, then a decoy focused."""
     env = TrapEnv()
@@ -117,14 +106,14 @@ def notes_for(task: str, variation: int, rng: random.Random, recipe: str = "ship
     in a random wording (`note_wordings.training_note`)."""
     env = TrapEnv()
     if recipe == "shipped":
-        good = env.curated_tip(task, variation) if rng.random() < 0.5 else gold_record(task, variation)
+        good = env.curated_tip(task, variation) if rng.random() < 0.5 else env.gold_record(task, variation)
         two, fallback = 0.25, 0.4
     else:
         r = rng.random()
         if r < template:
             good = env.curated_tip(task, variation)
         elif r < template + 0.1:
-            good = gold_record(task, variation)
+            good = env.gold_record(task, variation)
         else:
             good = training_note(env.layout(task, variation), rng)
         two, fallback = 0.15, 0.25

@@ -85,7 +85,7 @@ def test_fill_by_hand(bench):
 
 def test_order_part_scores_the_record_of_a_winning_episode(bench):
     # trap-light-bulb-fixed 0: the red light bulb in the workshop; the record line of its gold path
-    assert bench.gold_record("trap-light-bulb-fixed", 0) == (
+    assert TrapEnv().gold_record("trap-light-bulb-fixed", 0) == (
         "[from the record] The red light bulb was seen in the workshop. "
         "Next time: go to workshop, then focus on red light bulb, then turn on red light bulb."
     )

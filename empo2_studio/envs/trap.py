@@ -32,7 +32,7 @@ import numbers
 from dataclasses import dataclass, field
 
 from empo2_studio.envs.actions import correct_action
-from empo2_studio.envs.room_notes import episode_record
+from empo2_studio.envs.room_notes import episode_record, record_line
 from empo2_studio.envs.trap_world import (
     CAN,
     DOORS,
@@ -146,6 +146,17 @@ class TrapEnv:
         actions += [f"go to {r}" for r in route(room, lay.target_room)]
         actions += [f"focus on {lay.target}", f"{spec.verb} {lay.target}"]
         return actions
+
+    def gold_record(self, task: str, variation: int) -> str:
+        """The record line (`room_notes.record_line`) of the layout's shortest winning episode, played on
+        a fresh env: what a winning episode of this layout stores after its own note."""
+        env = TrapEnv()  # the task's own step limit (12–15) outlasts every gold path
+        obs = env.reset(task, variation)
+        steps = [("", 0.0, obs.text)]
+        for action in env.gold_path(task, variation):
+            result = env.step(action)
+            steps.append((action, result.reward, result.observation.text))
+        return record_line(obs.task_description, steps)
 
     def curated_tip(self, task: str, variation: int) -> str:
         """A correct tip for `task` at `variation`, as a teacher would write it: where the target (and
