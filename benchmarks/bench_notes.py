@@ -445,6 +445,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--wordings", type=Path, default=HELDOUT)
     ap.add_argument("--root", type=Path, default=None, help="sessions root (default: $EMPO2_SESSIONS_DIR or ./sessions)")
     args = ap.parse_args(argv)
+    if args.note_writer and not (Path(args.note_writer) / "adapter_config.json").is_file():
+        ap.error(f"--note-writer {args.note_writer!r} is not a PEFT adapter directory (no adapter_config.json); "
+                 "build one with scripts/make_warmstart.py --reflect-only --out DIR")  # fmt: skip
     torch.set_num_threads(max(1, min(args.threads, os.cpu_count() or 1)))
     wordings = load_wordings(args.wordings)
     root = (args.root or default_sessions_root()) / time.strftime("bench_notes-%Y%m%d-%H%M%S")

@@ -247,6 +247,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="reflection conversations per note-following one: the reflection prompt answered with a "
                          "true note about the episode (0 = none, the shipped adapter)")
     args = ap.parse_args(argv)
+    if args.reflect < 0:
+        ap.error(f"--reflect must be ≥ 0 (reflection conversations per note-following one), got {args.reflect}")
 
     import torch
 

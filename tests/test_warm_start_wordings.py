@@ -136,6 +136,15 @@ def test_training_conversations_learn_a_valid_next_action_and_never_see_test_lay
     assert [turns[i][1] for i in learn][-2:] == TrapEnv().gold_path("trap-light-bulb", 30)[-2:]
     with pytest.raises(SystemExit):  # argparse refuses the test layouts
         mw.main(["--splits", "test", "--out", "/nonexistent"])
+    with pytest.raises(SystemExit):  # and a negative share of reflection conversations
+        mw.main(["--reflect", "-1", "--out", "/nonexistent"])
+
+
+def test_the_notes_benchmark_refuses_a_writer_that_is_not_an_adapter(bench, tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        bench.main(["--parts", "write", "--note-writer", str(tmp_path), "--root", str(tmp_path)])
+    assert "is not a PEFT adapter directory" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []  # nothing written
 
 
 def test_reflection_answers_say_what_the_episode_saw_and_share_no_sentence_with_the_heldout_set(bench, wordings_mod):
