@@ -179,7 +179,7 @@ def conversation(task: str, variation: int, rng: random.Random, step_limit: int 
 
 
 def reflection_conversation(task: str, variation: int, rng: random.Random, step_limit: int = 8, recipe: str = "wordings",
-                            template: float = 0.25) -> tuple[list[tuple[str, str, tuple[str, ...]]], str]:  # fmt: skip
+                            template: float = 0.25, pass_by_share: float = 0.0) -> tuple[list[tuple[str, str, tuple[str, ...]]], str]:  # fmt: skip
     """An episode as the policy saw it, then the true note about it that answers the reflection prompt.
 
     Half the episodes are meant to see the target: a note-following episode (`conversation`) or a walk
@@ -190,20 +190,24 @@ def reflection_conversation(task: str, variation: int, rng: random.Random, step_
     policy stood in at each turn (the room a last "go to" enters is never shown to it) and where it saw
     the watering can. Returns (turns as (user text, action, valid actions), answer)."""
     find = rng.random() < 0.5
-    if find and rng.random() < 0.5:
+    # The trap's own failure: walk into the target's room and out again without acting on the target.
+    pass_by = find and pass_by_share > 0 and rng.random() < pass_by_share
+    if find and not pass_by and rng.random() < 0.5:
         turns, _ = conversation(task, variation, rng, step_limit, recipe, template)
         actions = [a for _, a, _ in turns]
     else:
         env = TrapEnv(step_limit=step_limit)
         obs = env.reset(task, variation)
-        avoid = f"go to {env.layout(task, variation).target_room}"
-        turns, actions = [], []
+        lay = env.layout(task, variation)
+        avoid = f"go to {lay.target_room}"
+        turns, actions, seen = [], [], False
         for i in range(step_limit):
             user = prompts.first_user_message("trap", obs, ()) if i == 0 else prompts.step_user_message(obs, "trap")
-            if find and rng.random() < 0.5:
-                action = next_action(env)
+            seen = seen or (env._state is not None and env._state.room == lay.target_room)
+            if (pass_by and not seen) or (find and not pass_by and rng.random() < 0.5):
+                action = next_action(env)  # on a pass-by, the way into the target's room
             else:
-                allowed = [a for a in obs.valid_actions if find or a != avoid]
+                allowed = [a for a in obs.valid_actions if (find or a != avoid) and not (pass_by and lay.target in a)]
                 doors = [a for a in allowed if a.startswith("go to")]
                 action = rng.choice(doors) if doors and rng.random() < 0.7 else rng.choice(allowed)
             turns.append((user, action, obs.valid_actions))
@@ -243,6 +247,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reflect-only", action="store_true",
                     help="train only the reflection answers (per-layout conversations each), no note-following turns "
                          "and no anchor: an adapter that writes notes, for another to act")
+    ap.add_argument("--pass-by", type=float, default=0.0,
+                    help="share of the reflection episodes meant to see the target that walk into its room and leave "
+                         "without acting on it (the trap's own failure)")
     ap.add_argument("--reflect", type=float, default=0.0,
                     help="reflection conversations per note-following one: the reflection prompt answered with a "
                          "true note about the episode (0 = none, the shipped adapter)")
@@ -274,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
         rng.shuffle(anchors)
         anchor_convs = [[Turn(u, fmt.encode(a) + (fmt.eot_id,), valid) for u, a, valid in w] for w in anchors]
         n_notes = round(len(data) * args.reflect) if follow else len(layouts) * args.per_layout
-        reflections = [reflection_conversation(t, v, rng, recipe=args.recipe, template=args.template)
+        reflections = [reflection_conversation(t, v, rng, recipe=args.recipe, template=args.template, pass_by_share=args.pass_by)
                        for t, v in rng.sample(layouts * args.per_layout, n_notes)]  # fmt: skip
         reflect_convs = [[*(Turn(u, fmt.encode(a) + (fmt.eot_id,), valid) for u, a, valid in turns),
                           Turn(TIP_INSTRUCTION, fmt.encode(answer) + (fmt.eot_id,), ())] for turns, answer in reflections]  # fmt: skip
