@@ -381,11 +381,11 @@ def part_write(args, policy, wordings) -> tuple[list[str], dict]:
         "",
     ]
     records: list[dict[str, Any]] = []
+    same = args.writer is policy  # a separate writer re-reads each episode (the caches are the actor's)
     for task in args.tasks:
         for v in vs:
             for seed in args.seeds:
                 for row, note in ((NO_NOTE, None), (TEMPLATE_CUT, TrapEnv().curated_tip(task, v))):
-                    same = args.writer is policy  # a separate writer re-reads the episode (the caches are the actor's)
                     eps = play_with_note(policy, task, v, note, args, seed * 1000 + v, cut=True, keep_caches=same)
                     for ep, text in zip(eps, own_notes(args.writer, eps, cached=same), strict=True):
                         vd = judge_note(text, ep)

@@ -183,9 +183,10 @@ def reflection_conversation(task: str, variation: int, rng: random.Random, step_
     """An episode as the policy saw it, then the true note about it that answers the reflection prompt.
 
     Half the episodes are meant to see the target: a note-following episode (`conversation`) or a walk
-    that takes the note's next action half the time. The other half never enter the target's room (a
-    random walk over the other actions), so the note must say where the target was *not*: with wins
-    9 in 10 of the episodes, the model learned to name a room whatever it saw. The answer
+    that takes the note's next action half the time, or (share `pass_by_share` of them) a walk that
+    goes into the target's room and on without acting on the target. The other half never enter the
+    target's room (a random walk over the other actions), so the note must say where the target was
+    *not*: with wins 9 in 10 of the episodes, the model learned to name a room whatever it saw. The answer
     (`note_wordings.reflection_answer`) says only what the turns' observations showed: the rooms the
     policy stood in at each turn (the room a last "go to" enters is never shown to it) and where it saw
     the watering can. Returns (turns as (user text, action, valid actions), answer)."""
@@ -256,6 +257,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.reflect < 0:
         ap.error(f"--reflect must be ≥ 0 (reflection conversations per note-following one), got {args.reflect}")
+    if not 0 <= args.pass_by <= 1:
+        ap.error(f"--pass-by must be a share in [0, 1], got {args.pass_by}")
 
     import torch
 
@@ -330,14 +333,17 @@ def main(argv: list[str] | None = None) -> int:
     meta = {
         "base_model": EMBEDDED_MODEL,
         "trained_on": f"trap {' and '.join(args.splits)} variations of every search-family task (never test 36-47, never the fixed family): "
-        + ("note-following turns (likelihood; notes shown from their plan's first unplayed step, as the rollout "
+        + ("the reflection prompt only, answered with a true note about the episode (a note writer: it is not "
+           "trained to act)" if args.reflect_only else
+           "note-following turns (likelihood; notes shown from their plan's first unplayed step, as the rollout "
            "shows them)" if args.recipe == "shipped" else
            "note-following turns (likelihood; notes in the curated template, record lines and random wordings "
            "from scripts/note_wordings.py, plans shown whole or cut by remaining_plan)")
         + (f", the reflection prompt answered with a true note about the episode ({args.reflect:g} per "
-           "note-following conversation)" if args.reflect else "")
-        + " and note-free random walks (KL to the base model)",
+           "note-following conversation)" if args.reflect and not args.reflect_only else "")
+        + ("" if args.reflect_only else " and note-free random walks (KL to the base model)"),
         "recipe": args.recipe, "splits": args.splits, "template_share": args.template, "reflect": args.reflect,
+        "reflect_only": args.reflect_only, "pass_by": args.pass_by,
         "last_layers": args.last_layers, "anchor_weight": args.anchor_weight, "epochs": args.epochs, "per_layout": args.per_layout, "batch": args.batch, "lr": args.lr, "seed": args.seed,
         "seconds": round(time.time() - t0, 1), "history": history,
     }  # fmt: skip

@@ -172,7 +172,7 @@ AFTER_FOUND = ("", "", "", " Focus on it there.", " Go there and focus on it.")
 
 
 def room_list(rooms: list[str], rng: random.Random) -> str:
-    """'kitchen', 'kitchen and bedroom', 'hallway, kitchen and bedroom' (or with 'or' / commas only)."""
+    """'kitchen', 'kitchen and bedroom', 'hallway, kitchen and the bedroom', 'kitchen or bedroom'."""
     if len(rooms) == 1:
         return rooms[0]
     joint = rng.choice((" and ", " and the ", " or "))

@@ -178,3 +178,15 @@ def test_a_reflection_conversation_ends_in_a_true_note_about_what_its_turns_show
             lay = TrapEnv().layout(task, v)
             shown = " ".join(u for u, _, _ in turns)  # the room a turn is played in is in its user text
             assert (lay.target_room in answer) == (f"This room is called the {lay.target_room}." in shown)
+    # pass-by episodes: the target's room is entered (and said), the target never acted on
+    passed = 0
+    for _ in range(40):
+        turns, answer = mw.reflection_conversation("trap-light-bulb", 30, rng, pass_by_share=1.0)
+        lay = TrapEnv().layout("trap-light-bulb", 30)
+        shown = " ".join(u for u, _, _ in turns)
+        assert (lay.target_room in answer) == (f"This room is called the {lay.target_room}." in shown)
+        if lay.target_room in answer and all(lay.target not in a for _, a, _ in turns):
+            passed += 1
+    assert passed >= 10  # about half the episodes are meant to see the target; those all pass it by
+    with pytest.raises(SystemExit):
+        mw.main(["--pass-by", "2", "--out", "/nonexistent"])

@@ -303,7 +303,7 @@ def _form_patterns(names: tuple[str, ...]) -> list[tuple[re.Pattern[str], str]]:
         for form, owners in sorted(by_form.items(), key=lambda kv: -len(kv[0])) if len(owners) == 1
     ]  # fmt: skip
     for head, owners in heads.items():
-        (name,) = owners if len(owners) == 1 else (None,)
+        name = next(iter(owners)) if len(owners) == 1 else None
         if name and name.lower() != head:  # "the can" for the watering can; a one-word name is its own form
             after = "|".join(rf"(?<=\b{d}\s)" for d in _DETERMINERS)
             patterns.append((re.compile(rf"(?:{after}|^){re.escape(head)}\b(?![’'])", re.IGNORECASE), name))
