@@ -442,6 +442,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warm-start", default=RunConfig().policy.warm_start, help="auto (the shipped adapter) | none | DIR")
     ap.add_argument("--note-writer", default=None, metavar="DIR",
                     help="part write: another adapter writes the notes about the episodes the --warm-start one played")
+    ap.add_argument("--decoding", choices=["constrained", "action"], default="constrained",
+                    help="how the acting policy picks among the valid actions: token by token, or one whole action "
+                         "from a categorical over them (policy.decoding)")
     ap.add_argument("--wordings", type=Path, default=HELDOUT)
     ap.add_argument("--root", type=Path, default=None, help="sessions root (default: $EMPO2_SESSIONS_DIR or ./sessions)")
     args = ap.parse_args(argv)
@@ -452,11 +455,11 @@ def main(argv: list[str] | None = None) -> int:
     wordings = load_wordings(args.wordings)
     root = (args.root or default_sessions_root()) / time.strftime("bench_notes-%Y%m%d-%H%M%S")
     root.mkdir(parents=True, exist_ok=True)
-    policy = load_policy(dataclasses.replace(RunConfig().policy, warm_start=args.warm_start))
+    policy = load_policy(dataclasses.replace(RunConfig().policy, warm_start=args.warm_start, decoding=args.decoding))
     args.writer = policy if args.note_writer is None else load_policy(
         dataclasses.replace(RunConfig().policy, warm_start=args.note_writer))  # fmt: skip
     writer = f", notes written by {args.note_writer}" if args.note_writer else ""
-    report = [f"# bench_notes ({time.strftime('%Y-%m-%d %H:%M')}, warm start {args.warm_start}, policy {policy.version}{writer})", ""]
+    report = [f"# bench_notes ({time.strftime('%Y-%m-%d %H:%M')}, warm start {args.warm_start}, policy {policy.version}, {args.decoding} decoding{writer})", ""]
     results: dict = {}
     for name in args.parts:
         t = time.perf_counter()

@@ -29,6 +29,11 @@ What it learns, on the constrained-decoding distribution over the step's valid a
    Without it the note-free reflex became one fixed door ("go to bedroom", 0.98, on every layout), so
    naive episodes won wherever the target was behind it and the trap stopped trapping.
 
+Experiments, all off by default (docs/notebook/2026-12-04-reading-and-writing-levers.md): `--focus-weight`
+counts the focus step's tokens more in the note-following loss; `--plan-share` sets how many random-wording
+notes say what to do rather than state facts only; `--answer-form rooms` writes reflection answers room by
+room (`note_wordings.rooms_answer`).
+
 LoRA adapts the last 12 of the 30 layers (`--last-layers`): autograd stops there, so every later
 backward pass of a run costs 12 layers, not 30, and stores their activations only.
 
@@ -98,7 +103,8 @@ def failed_record(task: str, variation: int, rng: random.Random) -> str:
     return record_line(obs.task_description, steps, guess=False)
 
 
-def notes_for(task: str, variation: int, rng: random.Random, recipe: str = "shipped", template: float = 0.25) -> list[str]:
+def notes_for(task: str, variation: int, rng: random.Random, recipe: str = "shipped", template: float = 0.25,
+              plan: float = 0.55) -> list[str]:  # fmt: skip
     """One informative note, sometimes with an uninformative one beside it.
 
     `shipped` (the adapter in assets/): the teacher's template (`TrapEnv.curated_tip`) or a record line,
@@ -115,7 +121,7 @@ def notes_for(task: str, variation: int, rng: random.Random, recipe: str = "ship
         elif r < template + 0.1:
             good = env.gold_record(task, variation)
         else:
-            good = training_note(env.layout(task, variation), rng)
+            good = training_note(env.layout(task, variation), rng, plan)
         two, fallback = 0.15, 0.25
     extra = rng.random()
     if extra < two:
@@ -144,13 +150,14 @@ def anchor_conversation(task: str, variation: int, rng: random.Random, step_limi
     return turns
 
 
-def conversation(task: str, variation: int, rng: random.Random, step_limit: int = 8, recipe: str = "shipped", template: float = 0.25) -> tuple[list[Turn], list[int]]:
+def conversation(task: str, variation: int, rng: random.Random, step_limit: int = 8, recipe: str = "shipped", template: float = 0.25,
+                 plan: float = 0.55) -> tuple[list[Turn], list[int]]:  # fmt: skip
     """A note-following episode as policy turns, and the indices of the turns to learn from."""
     from empo2_studio.policy.tokens import ChatFormat  # noqa: F401  (format comes from the policy)
 
     env = TrapEnv(step_limit=step_limit)
     obs = env.reset(task, variation)
-    notes = notes_for(task, variation, rng, recipe, template)
+    notes = notes_for(task, variation, rng, recipe, template, plan)
     rng.shuffle(notes)
     tips = [RetrievedTip(f"n{i}", n, 100.0, 1.0) for i, n in enumerate(notes)]
     detours = rng.choice((0, 0, 1, 2))
@@ -179,7 +186,8 @@ def conversation(task: str, variation: int, rng: random.Random, step_limit: int 
 
 
 def reflection_conversation(task: str, variation: int, rng: random.Random, step_limit: int = 8, recipe: str = "wordings",
-                            template: float = 0.25, pass_by_share: float = 0.0) -> tuple[list[tuple[str, str, tuple[str, ...]]], str]:  # fmt: skip
+                            template: float = 0.25, pass_by_share: float = 0.0, form: str = "sentence",
+                            ) -> tuple[list[tuple[str, str, tuple[str, ...]]], str]:  # fmt: skip
     """An episode as the policy saw it, then the true note about it that answers the reflection prompt.
 
     Half the episodes are meant to see the target: a note-following episode (`conversation`) or a walk
@@ -189,7 +197,8 @@ def reflection_conversation(task: str, variation: int, rng: random.Random, step_
     *not*: with wins 9 in 10 of the episodes, the model learned to name a room whatever it saw. The answer
     (`note_wordings.reflection_answer`) says only what the turns' observations showed: the rooms the
     policy stood in at each turn (the room a last "go to" enters is never shown to it) and where it saw
-    the watering can. Returns (turns as (user text, action, valid actions), answer)."""
+    the watering can, in the answer form `form` ("sentence" or "rooms": `note_wordings.reflection_answer`).
+    Returns (turns as (user text, action, valid actions), answer)."""
     find = rng.random() < 0.5
     # The trap's own failure: walk into the target's room and out again without acting on the target.
     pass_by = find and pass_by_share > 0 and rng.random() < pass_by_share
@@ -227,7 +236,21 @@ def reflection_conversation(task: str, variation: int, rng: random.Random, step_
         if st.objects.get(CAN) == st.room and can_room is None and task == "trap-water-plant":
             can_room = st.room
         env.step(action)
-    return turns, reflection_answer(env.layout(task, variation), rooms, can_room, rng)
+    return turns, reflection_answer(env.layout(task, variation), rooms, can_room, rng, form)
+
+
+def weighted_nll(picked: list, focus: list[bool], focus_weight: float = 1.0) -> "torch.Tensor":
+    """Mean negative log-likelihood over action tokens, the tokens of focus steps counted `focus_weight`
+    times. `picked`: one 1-D tensor of token log-probs (len(action tokens),) per learned turn; `focus`:
+    whether each turn is a "focus on" step. 1.0 is a plain mean over the tokens.
+
+    Why weight the focus step: a conversation has one, against up to three "go to" labels (its route and
+    the way back from each detour), and a facts-only note names a room in both cases; the adapter
+    learned to walk out of the target's room (docs/notebook/2026-12-04-reading-and-writing-levers.md)."""
+    import torch
+
+    weights = torch.cat([torch.full_like(p, focus_weight if f else 1.0) for p, f in zip(picked, focus, strict=True)])
+    return -(torch.cat(picked) * weights).sum() / weights.sum()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -244,6 +267,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--last-layers", type=int, default=12, help="LoRA on the model's last N layers")
     ap.add_argument("--splits", nargs="+", default=["dev"], choices=["dev", "train"], help="layouts trained on (never test)")
     ap.add_argument("--template", type=float, default=0.25, help="share of notes in the curated template's wording")
+    ap.add_argument("--plan-share", type=float, default=0.55,
+                    help="wordings recipe: share of the random-wording notes that say what to do (the rest: facts only)")
+    ap.add_argument("--focus-weight", type=float, default=1.0,
+                    help="weight of the focus step's tokens in the note-following loss, against 1 for the others")
     ap.add_argument("--anchor-weight", type=float, default=1.0, help="weight of the note-free KL anchor")
     ap.add_argument("--reflect-only", action="store_true",
                     help="train only the reflection answers (per-layout conversations each), no note-following turns "
@@ -251,12 +278,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pass-by", type=float, default=0.0,
                     help="share of the reflection episodes meant to see the target that walk into its room and leave "
                          "without acting on it (the trap's own failure)")
+    ap.add_argument("--answer-form", choices=["sentence", "rooms"], default="sentence",
+                    help="reflection answers as one sentence in a random wording, or room by room, each room's "
+                         "verdict right after its name (note_wordings.rooms_answer)")
     ap.add_argument("--reflect", type=float, default=0.0,
                     help="reflection conversations per note-following one: the reflection prompt answered with a "
                          "true note about the episode (0 = none, the shipped adapter)")
     args = ap.parse_args(argv)
     if args.reflect < 0:
         ap.error(f"--reflect must be ≥ 0 (reflection conversations per note-following one), got {args.reflect}")
+    if not 0 <= args.plan_share <= 1:
+        ap.error(f"--plan-share must be a share in [0, 1], got {args.plan_share}")
+    if args.focus_weight <= 0:
+        ap.error(f"--focus-weight must be > 0, got {args.focus_weight}")
     if not 0 <= args.pass_by <= 1:
         ap.error(f"--pass-by must be a share in [0, 1], got {args.pass_by}")
 
@@ -277,14 +311,15 @@ def main(argv: list[str] | None = None) -> int:
     policy.model.train()
     for epoch in range(args.epochs):
         follow = not args.reflect_only
-        data = [conversation(t, v, rng, recipe=args.recipe, template=args.template)
+        data = [conversation(t, v, rng, recipe=args.recipe, template=args.template, plan=args.plan_share)
                 for t, v in layouts for _ in range(args.per_layout)] if follow else []  # fmt: skip
         rng.shuffle(data)
         anchors = [anchor_conversation(t, v, rng) for t, v in layouts for _ in range(args.per_layout)] if follow else []
         rng.shuffle(anchors)
         anchor_convs = [[Turn(u, fmt.encode(a) + (fmt.eot_id,), valid) for u, a, valid in w] for w in anchors]
         n_notes = round(len(data) * args.reflect) if follow else len(layouts) * args.per_layout
-        reflections = [reflection_conversation(t, v, rng, recipe=args.recipe, template=args.template, pass_by_share=args.pass_by)
+        reflections = [reflection_conversation(t, v, rng, recipe=args.recipe, template=args.template, pass_by_share=args.pass_by,
+                                               form=args.answer_form)
                        for t, v in rng.sample(layouts * args.per_layout, n_notes)]  # fmt: skip
         reflect_convs = [[*(Turn(u, fmt.encode(a) + (fmt.eot_id,), valid) for u, a, valid in turns),
                           Turn(TIP_INSTRUCTION, fmt.encode(answer) + (fmt.eot_id,), ())] for turns, answer in reflections]  # fmt: skip
@@ -301,7 +336,8 @@ def main(argv: list[str] | None = None) -> int:
                 convs = [[Turn(u, fmt.encode(a) + (fmt.eot_id,), valid) for u, a, valid in turns] for turns, _ in batch]
                 logps = policy.score(convs)
                 picked = [logps[c][i] for c, (_, learn) in enumerate(batch) for i in learn]
-                nll = -torch.cat(picked).mean()
+                focus = [turns[i][1].startswith("focus on") for turns, learn in batch for i in learn]
+                nll = weighted_nll(picked, focus, args.focus_weight)
                 acc = float(torch.stack([p.sum() for p in picked]).exp().mean())
                 kls = []
                 for c in range(b, min(b + args.batch, len(anchor_convs))):
@@ -343,8 +379,8 @@ def main(argv: list[str] | None = None) -> int:
            "note-following conversation)" if args.reflect and not args.reflect_only else "")
         + ("" if args.reflect_only else " and note-free random walks (KL to the base model)"),
         "recipe": args.recipe, "splits": args.splits, "template_share": args.template, "reflect": args.reflect,
-        "reflect_only": args.reflect_only, "pass_by": args.pass_by,
-        "last_layers": args.last_layers, "anchor_weight": args.anchor_weight, "epochs": args.epochs, "per_layout": args.per_layout, "batch": args.batch, "lr": args.lr, "seed": args.seed,
+        "reflect_only": args.reflect_only, "pass_by": args.pass_by, "answer_form": args.answer_form,
+        "last_layers": args.last_layers, "anchor_weight": args.anchor_weight, "focus_weight": args.focus_weight, "plan_share": args.plan_share, "epochs": args.epochs, "per_layout": args.per_layout, "batch": args.batch, "lr": args.lr, "seed": args.seed,
         "seconds": round(time.time() - t0, 1), "history": history,
     }  # fmt: skip
     (args.out / "warmstart.json").write_text(json.dumps(meta, indent=1))

@@ -124,8 +124,10 @@ def action_part(layout: Layout, name: str, rng: random.Random) -> str:
     return text[0].upper() + text[1:] + ("" if text.endswith(".") else ".")
 
 
-def training_note(layout: Layout, rng: random.Random) -> str:
-    """One correct note for `layout` in a random wording (see the module docstring)."""
+def training_note(layout: Layout, rng: random.Random, plan: float = 0.55) -> str:
+    """One correct note for `layout` in a random wording (see the module docstring). `plan`: the share
+    of notes that say what to do; the rest state facts only (a water-plant note missing a room always
+    says what to do)."""
     name = names(layout, rng)
     fill = {"name": name, "Name": name[0].upper() + name[1:], "room": layout.target_room, "can_room": layout.objects.get(CAN, "")}
     parts = []
@@ -134,7 +136,7 @@ def training_note(layout: Layout, rng: random.Random) -> str:
     if layout.task == "trap-water-plant" and rng.random() < 0.85:
         parts.append(rng.choice(CAN_FACT).format(**fill))
     incomplete = layout.task == "trap-water-plant" and len(parts) < 2  # the can's or the flower's room unsaid
-    if incomplete or not parts or rng.random() < 0.55:
+    if incomplete or not parts or rng.random() < plan:
         parts.append(action_part(layout, name, rng))
     if rng.random() < 0.25:
         parts.append(rng.choice(NOT_HERE))
@@ -179,11 +181,22 @@ def room_list(rooms: list[str], rng: random.Random) -> str:
     return ", ".join(rooms[:-1]) + joint + rooms[-1]
 
 
-def reflection_answer(layout: Layout, rooms_seen: list[str], can_room: str | None, rng: random.Random) -> str:
+def reflection_answer(layout: Layout, rooms_seen: list[str], can_room: str | None, rng: random.Random,
+                      form: str = "sentence") -> str:  # fmt: skip
     """A true one-line note about an episode of `layout` that was in `rooms_seen` (in order) and saw the
-    watering can in `can_room` (None: not seen or not a water-plant task): where the target was seen,
-    or the rooms searched without it, in a random wording; short enough for the embedded model's
-    24-token tip cap."""
+    watering can in `can_room` (None: not seen or not a water-plant task), short enough for the embedded
+    model's 24-token tip cap.
+
+    form "sentence": where the target was seen, or the rooms searched without it, in a random wording.
+    form "rooms": one clause per room, room first, in the order the episode entered them (`rooms_answer`).
+
+    Raises:
+        ValueError: `form` is neither.
+    """
+    if form == "rooms":
+        return rooms_answer(layout, rooms_seen, can_room)
+    if form != "sentence":
+        raise ValueError(f"reflection answer form {form!r}: expected 'sentence' or 'rooms'")
     name = layout.target if layout.task == "trap-find-animal" or rng.random() < 0.7 else names(layout, rng)
     parts = []
     if layout.target_room in rooms_seen:
@@ -198,3 +211,32 @@ def reflection_answer(layout: Layout, rooms_seen: list[str], can_room: str | Non
     if can_room:
         parts.insert(rng.randint(0, len(parts)), rng.choice(CAN_FOUND).format(can_room=can_room))
     return " ".join(parts)
+
+
+def rooms_answer(layout: Layout, rooms_seen: list[str], can_room: str | None) -> str:
+    """The episode room by room, each clause starting with the room: "Kitchen: no red light bulb.
+    Greenhouse: the red light bulb." It stops at the target's room. The hallway gets a clause
+    only when the can was seen there or no other room was entered.
+
+    Why room first: in a sentence such as "The X was not in …" the writer must decide "was" or "was
+    not" before it names any room, so it has to look over the whole episode at once. The 135M writers
+    trained that way named the rooms right and got the verdict wrong on most failed episodes
+    (docs/notebook/2026-12-04-own-notes.md). Here each verdict comes right after its room's name. To
+    choose it, the writer looks back at one observation ("This room is called the kitchen. In it, you
+    see: …").
+    """
+    rooms = list(dict.fromkeys(rooms_seen))
+    if len(rooms) > 1 and START_ROOM in rooms and can_room != START_ROOM:
+        rooms.remove(START_ROOM)
+    clauses = []
+    for room in rooms:
+        here = [f"the {CAN}"] if room == can_room else []
+        if room == layout.target_room:
+            here.append(f"the {layout.target}")
+        if here:
+            clauses.append(f"{room.capitalize()}: {' and '.join(here)}.")
+        else:
+            clauses.append(f"{room.capitalize()}: no {layout.target}.")
+        if room == layout.target_room:
+            break
+    return " ".join(clauses)

@@ -190,3 +190,45 @@ def test_a_reflection_conversation_ends_in_a_true_note_about_what_its_turns_show
     assert passed >= 10  # about half the episodes are meant to see the target; those all pass it by
     with pytest.raises(SystemExit):
         mw.main(["--pass-by", "2", "--out", "/nonexistent"])
+
+
+def test_room_by_room_answers_give_each_room_its_verdict_and_stop_at_the_target(wordings_mod):
+    lay = TrapEnv().layout("trap-light-bulb", 24)  # the red light bulb, in the greenhouse
+    answer = wordings_mod.rooms_answer
+    assert answer(lay, ["hallway", "kitchen", "kitchen", "greenhouse", "hallway", "bedroom"], None) == (
+        "Kitchen: no red light bulb. Greenhouse: the red light bulb.")
+    assert answer(lay, ["hallway", "bedroom", "workshop"], None) == "Bedroom: no red light bulb. Workshop: no red light bulb."
+    assert answer(lay, ["hallway"], None) == "Hallway: no red light bulb."  # no other room: the hallway is said
+    can = TrapEnv().layout("trap-water-plant", 24)  # the red flower in the bedroom, the can in the hallway
+    assert answer(can, ["hallway", "kitchen"], "hallway") == "Hallway: the watering can. Kitchen: no red flower."
+    assert wordings_mod.reflection_answer(lay, ["hallway", "greenhouse"], None, random.Random(0), "rooms") == (
+        "Greenhouse: the red light bulb.")
+    with pytest.raises(ValueError, match="'paragraph'"):
+        wordings_mod.reflection_answer(lay, ["hallway"], None, random.Random(0), "paragraph")
+
+
+def test_the_focus_weight_counts_focus_tokens_more_and_bad_shares_are_refused():
+    import torch
+
+    mw = _load(ROOT / "scripts" / "make_warmstart.py", "make_warmstart_under_test")
+    go, focus = torch.tensor([-1.0, -1.0]), torch.tensor([-4.0])  # a 2-token "go to" turn, a 1-token focus
+    assert float(mw.weighted_nll([go, focus], [False, True])) == pytest.approx(2.0)  # (1 + 1 + 4) / 3
+    assert float(mw.weighted_nll([go, focus], [False, True], 3.0)) == pytest.approx(2.8)  # (1 + 1 + 12) / 5
+    with pytest.raises(SystemExit):
+        mw.main(["--focus-weight", "0", "--out", "/nonexistent"])
+    with pytest.raises(SystemExit):
+        mw.main(["--plan-share", "1.5", "--out", "/nonexistent"])
+
+
+def test_the_plan_share_sets_how_many_training_notes_say_what_to_do(wordings_mod):
+    lay = TrapEnv().layout("trap-light-bulb", 24)
+
+    def says_what_to_do(share):  # every plan has a focus step; "Do not focus on …" is a warning, not a plan
+        rng = random.Random(1)
+        notes = [wordings_mod.training_note(lay, rng, share) for _ in range(400)]
+        return sum(bool(re.search(r"(?<!not )focus on", n, re.IGNORECASE)) for n in notes) / len(notes)
+
+    # A note states the fact 85 % of the time and adds a plan with probability `share`; without the
+    # fact it always has a plan: 0.15 + 0.85 × share.
+    for share in (0.0, 0.2, 0.55, 1.0):
+        assert says_what_to_do(share) == pytest.approx(0.15 + 0.85 * share, abs=0.06), share
