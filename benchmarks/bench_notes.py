@@ -221,7 +221,7 @@ def part_play(args, policy, wordings) -> tuple[list[str], dict]:
                         ep.won for ep in play_with_note(policy, task, v, notes[row], args, seed * 1000 + v, row == TEMPLATE_CUT))
             for row, w in won.items():
                 table.setdefault(row, {}).setdefault(task, []).append(sum(w) / len(w))
-        print(f"  {task}: " + ", ".join(f"{r[:14]} {statistics.fmean(x[task]):.2f}" for r, x in table.items()), flush=True)
+        print(f"  {task}: " + ", ".join(f"{r[:14]} {statistics.fmean(x[task]):.2f}" for r, x in table.items() if task in x), flush=True)
     for row, per in table.items():
         cells = [f"{statistics.fmean(per[t]):.2f} ({min(per[t]):.2f}–{max(per[t]):.2f})" if t in per else "" for t in args.tasks]
         lines.append(f"| {row} | " + " | ".join(cells) + " |")
@@ -453,8 +453,9 @@ def main(argv: list[str] | None = None) -> int:
                  "build one with scripts/make_warmstart.py --reflect-only --out DIR")  # fmt: skip
     torch.set_num_threads(max(1, min(args.threads, os.cpu_count() or 1)))
     wordings = load_wordings(args.wordings)
-    root = (args.root or default_sessions_root()) / time.strftime("bench_notes-%Y%m%d-%H%M%S")
-    root.mkdir(parents=True, exist_ok=True)
+    stamp = (args.root or default_sessions_root()) / time.strftime("bench_notes-%Y%m%d-%H%M%S")
+    root = next(r for r in (stamp.with_name(f"{stamp.name}{f'-{i}' if i else ''}") for i in range(1000)) if not r.exists())
+    root.mkdir(parents=True)  # two runs started in the same second each get their own folder
     policy = load_policy(dataclasses.replace(RunConfig().policy, warm_start=args.warm_start, decoding=args.decoding))
     args.writer = policy if args.note_writer is None else load_policy(
         dataclasses.replace(RunConfig().policy, warm_start=args.note_writer))  # fmt: skip
