@@ -46,3 +46,15 @@ def test_quantization_auto_is_4bit_on_cuda_and_float32_on_cpu():
     assert resolve_quantization("8bit", "cpu") == "8bit"
     with pytest.raises(ValueError, match="policy.quantization"):
         resolve_quantization("3bit", "cpu")
+
+
+def test_the_opt_in_plain_words_adapter_fits_the_embedded_model_and_says_how_it_was_built():
+    from empo2_studio.policy.adapter_check import adapter_last_layers, check_adapter
+
+    plain = WARM_START_DIR / f"{EMBEDDED_MODEL}-plain-words"
+    assert warm_start_dir(PolicyConfig(warm_start=str(plain))) == plain
+    check_adapter(plain, PolicyConfig())  # raises on another base, rank, targets or shapes
+    assert adapter_last_layers(plain) == 12  # the shipped layout: runs from it cost the same per step
+    meta = json.loads((plain / "warmstart.json").read_text())
+    assert (meta["recipe"], meta["plan_share"], meta["focus_weight"], meta["splits"]) == ("wordings", 0.2, 3.0, ["dev"])
+    assert "--plan-share 0.2" in (plain / "README.md").read_text()
