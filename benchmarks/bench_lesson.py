@@ -157,6 +157,20 @@ def lesson_config(task: str, seed: int, args) -> RunConfig:
     )  # fmt: skip
 
 
+def lesson_tip(task: str, variation: int, wording: int | None = None) -> str:
+    """The Lesson's pre-filled tip (`TrapEnv.curated_tip`), or held-out wording number `wording` of
+    benchmarks/data/heldout_notes.json filled for this layout: a teacher's own words for the same facts
+    (issue 25, bar 4). Raises IndexError naming the valid numbers."""
+    if wording is None:
+        return TrapEnv().curated_tip(task, variation)
+    from bench_notes import fill, load_wordings
+
+    styles = load_wordings()[task]
+    if not 0 <= wording < len(styles):
+        raise IndexError(f"--tip-wording {wording}: {task} has held-out wordings 0-{len(styles) - 1}")
+    return fill(styles[wording], task, variation)
+
+
 def part_distill(args, policy, embedder, root: Path, warm: list[torch.Tensor]) -> tuple[str, dict]:
     """Bar 3: naive success before/after Distill now on memory episodes (no new rollouts)."""
     env = TrapEnv()
@@ -173,7 +187,7 @@ def part_distill(args, policy, embedder, root: Path, warm: list[torch.Tensor]) -
         session = Session.create(root, cfg)
         trainer = Trainer(cfg, session, policy=policy, embedder=embedder)
         for v in train_vs:
-            trainer.store.add_tip(task, v, env.curated_tip(task, v), score=100.0)
+            trainer.store.add_tip(task, v, lesson_tip(task, v, args.tip_wording), score=100.0)
 
         def naive_rate(vs: list[int], tag: int) -> tuple[float, list]:
             eps = [ep for v in vs for ep in play(policy, trainer.store, task, v, "naive", args.episodes, seed * 1000 + v + tag, args.step_limit, args.temperature, group_id="")]
@@ -211,7 +225,8 @@ def part_distill(args, policy, embedder, root: Path, warm: list[torch.Tensor]) -
         trainer.close()
     lines = [
         f"### Distill now: {task}, variations {train_vs}, {args.episodes} naive + {args.episodes} memory episodes "
-        f"per variation, {args.distill_steps} distill steps at lr {args.distill_lr}, seeds {args.seeds}",
+        f"per variation, {args.distill_steps} distill steps at lr {args.distill_lr}, seeds {args.seeds}, tips "
+        + ("the template" if args.tip_wording is None else f"in held-out wording {args.tip_wording}: {lesson_tip(task, train_vs[0], args.tip_wording)!r}"),
         "",
         "| measure | before | after |",
         "|---|---|---|",
@@ -329,6 +344,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--distill-lr", type=float, default=TrainConfig().learning_rate)
     ap.add_argument("--distill-epochs", type=int, default=TrainConfig().update_epochs, help="optimizer passes per distill step")
     ap.add_argument("--low-prob-ref", default=AlgoConfig().low_prob_ref, choices=LOW_PROB_REFS)
+    ap.add_argument("--tip-wording", type=int, default=None, metavar="N",
+                    help="part distill: the pre-filled tips in held-out wording N of benchmarks/data/heldout_notes.json "
+                         "(a teacher's own words) instead of the template")
     ap.add_argument("--warm-start", default=RunConfig().policy.warm_start, help="auto (the shipped adapter) | none | DIR")
     ap.add_argument("--root", type=Path, default=None, help="sessions root (default: $EMPO2_SESSIONS_DIR or ./sessions)")
     args = ap.parse_args(argv)

@@ -232,3 +232,12 @@ def test_the_plan_share_sets_how_many_training_notes_say_what_to_do(wordings_mod
     # fact it always has a plan: 0.15 + 0.85 × share.
     for share in (0.0, 0.2, 0.55, 1.0):
         assert says_what_to_do(share) == pytest.approx(0.15 + 0.85 * share, abs=0.06), share
+
+
+def test_the_lesson_bench_can_prefill_its_tips_in_a_teachers_words():
+    sys.path.insert(0, str(ROOT / "benchmarks"))  # bench_lesson imports bench_notes by name
+    lesson = _load(ROOT / "benchmarks" / "bench_lesson.py", "bench_lesson_under_test")
+    assert lesson.lesson_tip("trap-light-bulb", 0) == TrapEnv().curated_tip("trap-light-bulb", 0)
+    assert lesson.lesson_tip("trap-light-bulb", 0, 0) == "The green light bulb is in the kitchen."  # facts, variation 0
+    with pytest.raises(IndexError, match="wordings 0-12"):
+        lesson.lesson_tip("trap-light-bulb", 0, 13)
