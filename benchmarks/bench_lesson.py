@@ -350,6 +350,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warm-start", default=RunConfig().policy.warm_start, help="auto (the shipped adapter) | none | DIR")
     ap.add_argument("--root", type=Path, default=None, help="sessions root (default: $EMPO2_SESSIONS_DIR or ./sessions)")
     args = ap.parse_args(argv)
+    if args.tip_wording is not None:  # refused before the model loads or a folder is written
+        try:
+            lesson_tip(args.distill_task, args.distill_variations[0], args.tip_wording)
+        except IndexError as e:
+            ap.error(str(e))
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
     root = (args.root or default_sessions_root()) / time.strftime("bench_lesson-%Y%m%d-%H%M%S")
     root.mkdir(parents=True, exist_ok=True)

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import json
 import os
 import statistics
@@ -426,6 +427,21 @@ def prob_rows(task: str, per: dict[str, list[dict[str, float]]]) -> list[str]:
 PARTS = {"probs": part_probs, "play": part_play, "bad": part_bad, "order": part_order, "write": part_write}
 
 
+def new_run_dir(parent: Path) -> Path:
+    """A new folder `bench_notes-<time>` under `parent`; a run started in the same second as another
+    gets `-1`, `-2`, … (mkdir without exist_ok, so two processes never share one)."""
+    stamp = time.strftime("bench_notes-%Y%m%d-%H%M%S")
+    parent.mkdir(parents=True, exist_ok=True)
+    for i in itertools.count():
+        root = parent / (stamp if i == 0 else f"{stamp}-{i}")
+        try:
+            root.mkdir()
+            return root
+        except FileExistsError:
+            continue
+    raise AssertionError("unreachable")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--parts", nargs="+", default=["probs", "play"], choices=list(PARTS))
@@ -453,9 +469,7 @@ def main(argv: list[str] | None = None) -> int:
                  "build one with scripts/make_warmstart.py --reflect-only --out DIR")  # fmt: skip
     torch.set_num_threads(max(1, min(args.threads, os.cpu_count() or 1)))
     wordings = load_wordings(args.wordings)
-    stamp = (args.root or default_sessions_root()) / time.strftime("bench_notes-%Y%m%d-%H%M%S")
-    root = next(r for r in (stamp.with_name(f"{stamp.name}{f'-{i}' if i else ''}") for i in range(1000)) if not r.exists())
-    root.mkdir(parents=True)  # two runs started in the same second each get their own folder
+    root = new_run_dir(args.root or default_sessions_root())
     policy = load_policy(dataclasses.replace(RunConfig().policy, warm_start=args.warm_start, decoding=args.decoding))
     args.writer = policy if args.note_writer is None else load_policy(
         dataclasses.replace(RunConfig().policy, warm_start=args.note_writer))  # fmt: skip

@@ -241,3 +241,19 @@ def test_the_lesson_bench_can_prefill_its_tips_in_a_teachers_words():
     assert lesson.lesson_tip("trap-light-bulb", 0, 0) == "The green light bulb is in the kitchen."  # facts, variation 0
     with pytest.raises(IndexError, match="wordings 0-12"):
         lesson.lesson_tip("trap-light-bulb", 0, 13)
+
+
+def test_the_lesson_bench_refuses_a_wording_number_before_anything_is_written(tmp_path, capsys):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    lesson = _load(ROOT / "benchmarks" / "bench_lesson.py", "bench_lesson_under_test")
+    with pytest.raises(SystemExit):
+        lesson.main(["--parts", "distill", "--tip-wording", "13", "--root", str(tmp_path)])
+    assert "has held-out wordings 0-12" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_notes_runs_started_in_the_same_second_get_their_own_folders(bench, tmp_path, monkeypatch):
+    monkeypatch.setattr(bench.time, "strftime", lambda fmt: "bench_notes-20261204-120000")  # one second
+    names = [bench.new_run_dir(tmp_path / "s").name for _ in range(3)]
+    assert names == ["bench_notes-20261204-120000", "bench_notes-20261204-120000-1", "bench_notes-20261204-120000-2"]
+    assert sorted(d.name for d in (tmp_path / "s").iterdir()) == names
