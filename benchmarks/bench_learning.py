@@ -79,7 +79,8 @@ def trap_config(arm: str, seed: int, args: argparse.Namespace) -> RunConfig:
 
 def policy_config(args: argparse.Namespace) -> PolicyConfig:
     """The embedded model's config with the benchmark's decoding (both arms, and the loaded policy)."""
-    return PolicyConfig(decoding=args.decoding, choice_norm=args.choice_norm, choice_pmi=args.choice_pmi)
+    return PolicyConfig(decoding=args.decoding, choice_norm=args.choice_norm, choice_pmi=args.choice_pmi,
+                        warm_start=args.warm_start)
 
 
 PHASES = ("sampling", "env", "scoring", "backward", "memory")
@@ -300,6 +301,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--decoding", default="constrained", choices=DECODINGS, help="policy.decoding, both arms")
     ap.add_argument("--choice-norm", default="word", choices=CHOICE_NORMS, help="action decoding's normalisation")
     ap.add_argument("--choice-pmi", action="store_true", help="action decoding: PMI calibration")
+    ap.add_argument("--warm-start", default=PolicyConfig().warm_start,
+                    help="policy.warm_start, both arms: auto (the shipped adapter) | none | an adapter DIR")
     ap.add_argument("--threads", type=int, default=2,
                     help="torch threads (1 for two processes side by side, e.g. one per arm; see --merge)")
     ap.add_argument("--sw-task", default="find-living-thing")
@@ -331,6 +334,7 @@ def main(argv: list[str] | None = None) -> int:
                    + (f", EMPO² p {args.p_memory}" if args.p_memory is not None else "")
                    + (f", step credit ω {args.step_credit}" if args.step_credit else "")
                    + (", skip flat groups" if args.skip_flat_groups else "")
+                   + (f", warm start {args.warm_start}" if args.warm_start != PolicyConfig().warm_start else "")
                    + f", decoding {args.decoding}" + (f" ({args.choice_norm}{', PMI' if args.choice_pmi else ''})"
                                                       if args.decoding == "action" else "") + ")")  # fmt: skip
 

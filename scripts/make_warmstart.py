@@ -32,7 +32,9 @@ What it learns, on the constrained-decoding distribution over the step's valid a
 Experiments, all off by default (docs/notebook/2026-12-04-reading-and-writing-levers.md): `--focus-weight`
 counts the focus step's tokens more in the note-following loss; `--plan-share` sets how many random-wording
 notes say what to do rather than state facts only; `--answer-form rooms` writes reflection answers room by
-room (`note_wordings.rooms_answer`).
+room (`note_wordings.rooms_answer`); for trap-water-plant's two stages, `--plant-per-layout` gives its
+layouts more conversations, `--can-weight` weights the can's pick-up like the focus, and `--focus-first`
+lets a share of its conversations focus on the flower first when a detour lands in its room.
 
 LoRA adapts the last 12 of the 30 layers (`--last-layers`): autograd stops there, so every later
 backward pass of a run costs 12 layers, not 30, and stores their activations only.
@@ -69,12 +71,18 @@ from note_wordings import reflection_answer, training_note  # noqa: E402
 DEFAULT_OUT = ROOT / "assets" / "warmstart" / EMBEDDED_MODEL
 
 
-def next_action(env: TrapEnv) -> str:
-    """The action a correct note implies from the env's current state (shortest winning plan)."""
+def next_action(env: TrapEnv, focus_first: bool = False) -> str:
+    """The action a correct note implies from the env's current state (shortest winning plan).
+
+    On trap-water-plant the can comes first, except with `focus_first` when the agent already stands
+    in the flower's room (after a detour): then it focuses on the flower and fetches the can after,
+    which also wins (the task says "First, focus on the flower") and shows the states the shortest
+    plan never visits: focused on the flower, without the can."""
     st = env._state
     assert st is not None
     lay, task = st.layout, st.layout.task
-    if task == "trap-water-plant" and CAN not in st.inventory:
+    at_flower = st.room == lay.target_room and st.focused != lay.target
+    if task == "trap-water-plant" and CAN not in st.inventory and not (focus_first and at_flower):
         can_room = st.objects[CAN]
         return f"pick up {CAN}" if st.room == can_room else f"go to {_route(st.room, can_room)[0]}"
     if st.room != lay.target_room:
@@ -151,8 +159,9 @@ def anchor_conversation(task: str, variation: int, rng: random.Random, step_limi
 
 
 def conversation(task: str, variation: int, rng: random.Random, step_limit: int = 8, recipe: str = "shipped", template: float = 0.25,
-                 plan: float = 0.55) -> tuple[list[Turn], list[int]]:  # fmt: skip
-    """A note-following episode as policy turns, and the indices of the turns to learn from."""
+                 plan: float = 0.55, focus_first: bool = False) -> tuple[list[Turn], list[int]]:  # fmt: skip
+    """A note-following episode as policy turns, and the indices of the turns to learn from
+    (`focus_first`: see `next_action`)."""
     from empo2_studio.policy.tokens import ChatFormat  # noqa: F401  (format comes from the policy)
 
     env = TrapEnv(step_limit=step_limit)
@@ -173,7 +182,7 @@ def conversation(task: str, variation: int, rng: random.Random, step_limit: int 
             safe = [a for a in obs.valid_actions if a.startswith("go to") or a == "look around"]
             action = rng.choice(safe)
         else:
-            action = next_action(env)
+            action = next_action(env, focus_first)
             learn.append(i)
         played = [a for _, a, _ in turns]
         shown = [prompts.with_plan_progress(t, played) if progress else t for t in tips]
@@ -240,9 +249,10 @@ def reflection_conversation(task: str, variation: int, rng: random.Random, step_
 
 
 def weighted_nll(picked: list, focus: list[bool], focus_weight: float = 1.0) -> "torch.Tensor":
-    """Mean negative log-likelihood over action tokens, the tokens of focus steps counted `focus_weight`
+    """Mean negative log-likelihood over action tokens, the tokens of key steps counted `focus_weight`
     times. `picked`: one 1-D tensor of token log-probs (len(action tokens),) per learned turn; `focus`:
-    whether each turn is a "focus on" step. 1.0 is a plain mean over the tokens.
+    whether each turn is a key step (a "focus on" step, and with `--can-weight` the can's pick-up).
+    1.0 is a plain mean over the tokens.
 
     Why weight the focus step: a conversation has one, against up to three "go to" labels (its route and
     the way back from each detour), and a facts-only note names a room in both cases; the adapter
@@ -271,6 +281,14 @@ def main(argv: list[str] | None = None) -> int:
                     help="wordings recipe: share of the random-wording notes that say what to do (the rest: facts only)")
     ap.add_argument("--focus-weight", type=float, default=1.0,
                     help="weight of the focus step's tokens in the note-following loss, against 1 for the others")
+    ap.add_argument("--can-weight", action="store_true",
+                    help="count the watering can's pick-up as a key step, weighted like the focus (--focus-weight)")
+    ap.add_argument("--plant-per-layout", type=int, default=None,
+                    help="conversations per trap-water-plant layout and epoch (default: --per-layout); its two "
+                         "stages, the can then the flower, need more examples than one")
+    ap.add_argument("--focus-first", type=float, default=0.0,
+                    help="share of water-plant conversations that, standing in the flower's room without the can, "
+                         "focus first and fetch the can after (next_action)")
     ap.add_argument("--anchor-weight", type=float, default=1.0, help="weight of the note-free KL anchor")
     ap.add_argument("--reflect-only", action="store_true",
                     help="train only the reflection answers (per-layout conversations each), no note-following turns "
@@ -291,6 +309,10 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--plan-share must be a share in [0, 1], got {args.plan_share}")
     if args.focus_weight <= 0:
         ap.error(f"--focus-weight must be > 0, got {args.focus_weight}")
+    if not 0 <= args.focus_first <= 1:
+        ap.error(f"--focus-first must be a share in [0, 1], got {args.focus_first}")
+    if args.plant_per_layout is not None and args.plant_per_layout < 1:
+        ap.error(f"--plant-per-layout must be ≥ 1, got {args.plant_per_layout}")
     if not 0 <= args.pass_by <= 1:
         ap.error(f"--pass-by must be a share in [0, 1], got {args.pass_by}")
 
@@ -309,10 +331,15 @@ def main(argv: list[str] | None = None) -> int:
     history: list[dict[str, float]] = []
     t0 = time.time()
     policy.model.train()
+    def per_layout(task: str) -> int:
+        return args.plant_per_layout if task == "trap-water-plant" and args.plant_per_layout else args.per_layout
+
+    key = ("focus on", f"pick up {CAN}") if args.can_weight else ("focus on",)
     for epoch in range(args.epochs):
         follow = not args.reflect_only
-        data = [conversation(t, v, rng, recipe=args.recipe, template=args.template, plan=args.plan_share)
-                for t, v in layouts for _ in range(args.per_layout)] if follow else []  # fmt: skip
+        data = [conversation(t, v, rng, recipe=args.recipe, template=args.template, plan=args.plan_share,
+                             focus_first=t == "trap-water-plant" and rng.random() < args.focus_first)
+                for t, v in layouts for _ in range(per_layout(t))] if follow else []  # fmt: skip
         rng.shuffle(data)
         anchors = [anchor_conversation(t, v, rng) for t, v in layouts for _ in range(args.per_layout)] if follow else []
         rng.shuffle(anchors)
@@ -336,7 +363,7 @@ def main(argv: list[str] | None = None) -> int:
                 convs = [[Turn(u, fmt.encode(a) + (fmt.eot_id,), valid) for u, a, valid in turns] for turns, _ in batch]
                 logps = policy.score(convs)
                 picked = [logps[c][i] for c, (_, learn) in enumerate(batch) for i in learn]
-                focus = [turns[i][1].startswith("focus on") for turns, learn in batch for i in learn]
+                focus = [turns[i][1].startswith(key) for turns, learn in batch for i in learn]
                 nll = weighted_nll(picked, focus, args.focus_weight)
                 acc = float(torch.stack([p.sum() for p in picked]).exp().mean())
                 kls = []
@@ -380,7 +407,7 @@ def main(argv: list[str] | None = None) -> int:
         + ("" if args.reflect_only else " and note-free random walks (KL to the base model)"),
         "recipe": args.recipe, "splits": args.splits, "template_share": args.template, "reflect": args.reflect,
         "reflect_only": args.reflect_only, "pass_by": args.pass_by, "answer_form": args.answer_form,
-        "last_layers": args.last_layers, "anchor_weight": args.anchor_weight, "focus_weight": args.focus_weight, "plan_share": args.plan_share, "epochs": args.epochs, "per_layout": args.per_layout, "batch": args.batch, "lr": args.lr, "seed": args.seed,
+        "last_layers": args.last_layers, "anchor_weight": args.anchor_weight, "focus_weight": args.focus_weight, "plan_share": args.plan_share, "can_weight": args.can_weight, "plant_per_layout": args.plant_per_layout, "focus_first": args.focus_first, "epochs": args.epochs, "per_layout": args.per_layout, "batch": args.batch, "lr": args.lr, "seed": args.seed,
         "seconds": round(time.time() - t0, 1), "history": history,
     }  # fmt: skip
     (args.out / "warmstart.json").write_text(json.dumps(meta, indent=1))

@@ -58,3 +58,19 @@ def test_the_opt_in_plain_words_adapter_fits_the_embedded_model_and_says_how_it_
     meta = json.loads((plain / "warmstart.json").read_text())
     assert (meta["recipe"], meta["plan_share"], meta["focus_weight"], meta["splits"]) == ("wordings", 0.2, 3.0, ["dev"])
     assert "--plan-share 0.2" in (plain / "README.md").read_text()
+
+
+def test_the_learning_benchmark_starts_both_arms_from_the_warm_start_it_is_given():
+    import argparse
+    import importlib.util
+    import sys
+
+    path = WARM_START_DIR.parents[1] / "benchmarks" / "bench_learning.py"
+    spec = importlib.util.spec_from_file_location("bench_learning_under_test", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    plain = str(WARM_START_DIR / f"{EMBEDDED_MODEL}-plain-words")
+    args = argparse.Namespace(decoding="constrained", choice_norm="word", choice_pmi=False, warm_start=plain)
+    assert warm_start_dir(mod.policy_config(args)) == WARM_START_DIR / f"{EMBEDDED_MODEL}-plain-words"
+    assert mod.policy_config(argparse.Namespace(**{**vars(args), "warm_start": "auto"})) == PolicyConfig()

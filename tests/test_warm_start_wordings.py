@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from empo2_studio.envs.trap import TASKS, TrapEnv
+from empo2_studio.envs.trap import CAN, TASKS, TrapEnv
 
 SEARCH = [t for t in TASKS if TASKS[t].family == "search"]  # the warm start's family; the held-out notes' tasks
 
@@ -257,3 +257,23 @@ def test_notes_runs_started_in_the_same_second_get_their_own_folders(bench, tmp_
     names = [bench.new_run_dir(tmp_path / "s").name for _ in range(3)]
     assert names == ["bench_notes-20261204-120000", "bench_notes-20261204-120000-1", "bench_notes-20261204-120000-2"]
     assert sorted(d.name for d in (tmp_path / "s").iterdir()) == names
+
+
+def test_focus_first_focuses_in_the_flowers_room_then_fetches_the_can_and_still_wins():
+    mw = _load(ROOT / "scripts" / "make_warmstart.py", "make_warmstart_under_test")
+    # Layout 31: the red flower in the kitchen, the can in the greenhouse; both side rooms open on the hallway.
+    env = TrapEnv()
+    env.reset("trap-water-plant", 31)
+    env.step("go to kitchen")  # a detour into the flower's room before the can
+    assert mw.next_action(env) == "go to hallway"  # the shortest plan: the can first
+    played = []
+    while not env._state.done:
+        played.append(mw.next_action(env, focus_first=True))
+        result = env.step(played[-1])
+    assert played == ["focus on red flower", "go to hallway", "go to greenhouse", f"pick up {CAN}",
+                      "go to hallway", "go to kitchen", "water red flower"]
+    assert result.reward > 0 and result.observation.score == 100
+    with pytest.raises(SystemExit):
+        mw.main(["--focus-first", "2", "--out", "/nonexistent"])
+    with pytest.raises(SystemExit):
+        mw.main(["--plant-per-layout", "0", "--out", "/nonexistent"])
