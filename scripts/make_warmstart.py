@@ -421,8 +421,9 @@ CARD = """# Warm-start LoRA adapter for {base_model}
 Built by `scripts/make_warmstart.py` (seed {seed}, {epochs} epochs, lr {lr}, LoRA on the last {last_layers}
 layers, note-free KL anchor weight {anchor_weight}, {seconds} s on this machine's CPU).
 Trained on: {trained_on}. It teaches the embedded model one skill the paper's 7B model already had: to take
-the action its notes imply, among the step's valid actions. Every run on the embedded model starts from it
-(`--policy.warm-start none` starts from an untrained LoRA instead); `warmstart.json` holds the loss curve.
+the action its notes imply, among the step's valid actions. A run starts from it with
+`--policy.warm-start <this folder>` (the default, `auto`, is assets/warmstart/smollm2-135m-instruct-plain-words;
+`none` is an untrained LoRA); `warmstart.json` holds the loss curve.
 """
 
 

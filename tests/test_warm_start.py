@@ -10,8 +10,8 @@ from empo2_studio.config import EMBEDDED_MODEL, PolicyConfig
 from empo2_studio.policy.loading import WARM_START_COMMAND, WARM_START_DIR, resolve_quantization, warm_start_dir
 
 
-def test_auto_is_the_shipped_adapter_for_the_embedded_model_only():
-    shipped = WARM_START_DIR / EMBEDDED_MODEL
+def test_auto_is_the_plain_words_adapter_for_the_embedded_model_only():
+    shipped = WARM_START_DIR / f"{EMBEDDED_MODEL}-plain-words"
     assert warm_start_dir(PolicyConfig()) == shipped
     assert (shipped / "adapter_model.safetensors").is_file() and (shipped / "warmstart.json").is_file()
     meta = json.loads((shipped / "warmstart.json").read_text())
@@ -48,16 +48,19 @@ def test_quantization_auto_is_4bit_on_cuda_and_float32_on_cpu():
         resolve_quantization("3bit", "cpu")
 
 
-def test_the_opt_in_plain_words_adapter_fits_the_embedded_model_and_says_how_it_was_built():
+def test_both_shipped_adapters_fit_the_embedded_model_and_the_default_says_how_it_was_built():
     from empo2_studio.policy.adapter_check import adapter_last_layers, check_adapter
 
-    plain = WARM_START_DIR / f"{EMBEDDED_MODEL}-plain-words"
-    assert warm_start_dir(PolicyConfig(warm_start=str(plain))) == plain
-    check_adapter(plain, PolicyConfig())  # raises on another base, rank, targets or shapes
-    assert adapter_last_layers(plain) == 12  # the shipped layout: runs from it cost the same per step
+    plain, template = WARM_START_DIR / f"{EMBEDDED_MODEL}-plain-words", WARM_START_DIR / EMBEDDED_MODEL
+    for folder in (plain, template):  # the template adapter (the default before 2026-12-04) stays opt-in
+        assert warm_start_dir(PolicyConfig(warm_start=str(folder))) == folder
+        check_adapter(folder, PolicyConfig())  # raises on another base, rank, targets or shapes
+        assert adapter_last_layers(folder) == 12  # the same layout: runs from either cost the same per step
     meta = json.loads((plain / "warmstart.json").read_text())
     assert (meta["recipe"], meta["plan_share"], meta["focus_weight"], meta["splits"]) == ("wordings", 0.2, 3.0, ["dev"])
-    assert "--plan-share 0.2" in (plain / "README.md").read_text()
+    assert (meta["per_layout"], meta["epochs"]) == (4, 3)
+    for flag in ("--recipe wordings", "--per-layout 4", "--epochs 3", "--focus-weight 3", "--plan-share 0.2"):
+        assert flag in WARM_START_COMMAND and flag in (plain / "README.md").read_text(), flag
 
 
 def test_the_learning_benchmark_starts_both_arms_from_the_warm_start_it_is_given():

@@ -17,7 +17,13 @@ from empo2_studio.policy.lora import add_lora
 from empo2_studio.policy.model_files import embedded_tokenizer_dir, load_tokenizer, resolve_model
 
 WARM_START_DIR = Path(__file__).resolve().parents[2] / "assets" / "warmstart"
-WARM_START_COMMAND = ".venv/bin/python scripts/make_warmstart.py"
+DEFAULT_WARM_START = f"{EMBEDDED_MODEL}-plain-words"
+"""The folder under WARM_START_DIR that "auto" loads: the adapter that reads notes in plain words. The
+template adapter (`EMBEDDED_MODEL`, the default before 2026-12-04) stays beside it, opt-in."""
+WARM_START_COMMAND = (
+    ".venv/bin/python scripts/make_warmstart.py --recipe wordings --per-layout 4 --epochs 3 --focus-weight 3 "
+    f"--plan-share 0.2 --out assets/warmstart/{DEFAULT_WARM_START}"
+)
 TINY_MODEL_NAME = "tiny-random-llama"
 
 
@@ -68,7 +74,7 @@ def warm_start_dir(cfg: PolicyConfig) -> Path | None:
     if cfg.warm_start == "auto":
         if cfg.model != EMBEDDED_MODEL:
             return None
-        folder = WARM_START_DIR / EMBEDDED_MODEL
+        folder = WARM_START_DIR / DEFAULT_WARM_START
         hint = f"build it with `{WARM_START_COMMAND}`, or start without it: --policy.warm-start none"
     else:
         folder = Path(cfg.warm_start).expanduser()
