@@ -347,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tip-wording", type=int, default=None, metavar="N",
                     help="part distill: the pre-filled tips in held-out wording N of benchmarks/data/heldout_notes.json "
                          "(a teacher's own words) instead of the template")
-    ap.add_argument("--warm-start", default=RunConfig().policy.warm_start, help="auto (the shipped adapter) | none | DIR")
+    ap.add_argument("--warm-start", default=RunConfig().policy.warm_start, help="auto (the default adapter, plain words) | none | DIR")
     ap.add_argument("--root", type=Path, default=None, help="sessions root (default: $EMPO2_SESSIONS_DIR or ./sessions)")
     args = ap.parse_args(argv)
     if args.tip_wording is not None:  # refused before the model loads or a folder is written

@@ -455,7 +455,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--episodes", type=int, default=4, help="episodes per layout, note and seed")
     ap.add_argument("--step-limit", type=int, default=8)
     ap.add_argument("--temperature", type=float, default=1.0)
-    ap.add_argument("--warm-start", default=RunConfig().policy.warm_start, help="auto (the shipped adapter) | none | DIR")
+    ap.add_argument("--warm-start", default=RunConfig().policy.warm_start, help="auto (the default adapter, plain words) | none | DIR")
     ap.add_argument("--note-writer", default=None, metavar="DIR",
                     help="part write: another adapter writes the notes about the episodes the --warm-start one played")
     ap.add_argument("--decoding", choices=["constrained", "action"], default="constrained",

@@ -327,18 +327,22 @@ def main(argv: list[str] | None = None) -> int:
     env = TrapEnv()
     # The search family's layouts only: no fixed-family layout (its train and test layouts are the race's).
     layouts = [(t, v) for t in TASKS if TASKS[t].family == "search" for split in args.splits for v in env.variations(t, split)]
+
+    def per_layout(task: str) -> int:
+        return args.plant_per_layout if task == "trap-water-plant" and args.plant_per_layout else args.per_layout
+
+    def focus_first(task: str) -> bool:  # draws only when the option is on: the default data stream stays as it was
+        return args.focus_first > 0 and task == "trap-water-plant" and rng.random() < args.focus_first
+
+    key = ("focus on", f"pick up {CAN}") if args.can_weight else ("focus on",)  # the steps --focus-weight counts more
     opt = torch.optim.AdamW(policy.trainable_parameters(), lr=args.lr, weight_decay=0.0)
     history: list[dict[str, float]] = []
     t0 = time.time()
     policy.model.train()
-    def per_layout(task: str) -> int:
-        return args.plant_per_layout if task == "trap-water-plant" and args.plant_per_layout else args.per_layout
-
-    key = ("focus on", f"pick up {CAN}") if args.can_weight else ("focus on",)
     for epoch in range(args.epochs):
         follow = not args.reflect_only
         data = [conversation(t, v, rng, recipe=args.recipe, template=args.template, plan=args.plan_share,
-                             focus_first=t == "trap-water-plant" and rng.random() < args.focus_first)
+                             focus_first=focus_first(t))
                 for t, v in layouts for _ in range(per_layout(t))] if follow else []  # fmt: skip
         rng.shuffle(data)
         anchors = [anchor_conversation(t, v, rng) for t, v in layouts for _ in range(args.per_layout)] if follow else []

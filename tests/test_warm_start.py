@@ -7,11 +7,18 @@ import json
 import pytest
 
 from empo2_studio.config import EMBEDDED_MODEL, PolicyConfig
-from empo2_studio.policy.loading import WARM_START_COMMAND, WARM_START_DIR, resolve_quantization, warm_start_dir
+from empo2_studio.policy.loading import (
+    DEFAULT_WARM_START,
+    WARM_START_COMMAND,
+    WARM_START_DIR,
+    resolve_quantization,
+    warm_start_dir,
+)
 
 
 def test_auto_is_the_plain_words_adapter_for_the_embedded_model_only():
-    shipped = WARM_START_DIR / f"{EMBEDDED_MODEL}-plain-words"
+    shipped = WARM_START_DIR / DEFAULT_WARM_START
+    assert DEFAULT_WARM_START == f"{EMBEDDED_MODEL}-plain-words"
     assert warm_start_dir(PolicyConfig()) == shipped
     assert (shipped / "adapter_model.safetensors").is_file() and (shipped / "warmstart.json").is_file()
     meta = json.loads((shipped / "warmstart.json").read_text())
@@ -51,7 +58,7 @@ def test_quantization_auto_is_4bit_on_cuda_and_float32_on_cpu():
 def test_both_shipped_adapters_fit_the_embedded_model_and_the_default_says_how_it_was_built():
     from empo2_studio.policy.adapter_check import adapter_last_layers, check_adapter
 
-    plain, template = WARM_START_DIR / f"{EMBEDDED_MODEL}-plain-words", WARM_START_DIR / EMBEDDED_MODEL
+    plain, template = WARM_START_DIR / DEFAULT_WARM_START, WARM_START_DIR / EMBEDDED_MODEL
     for folder in (plain, template):  # the template adapter (the default before 2026-12-04) stays opt-in
         assert warm_start_dir(PolicyConfig(warm_start=str(folder))) == folder
         check_adapter(folder, PolicyConfig())  # raises on another base, rank, targets or shapes
@@ -73,7 +80,7 @@ def test_the_learning_benchmark_starts_both_arms_from_the_warm_start_it_is_given
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod
     spec.loader.exec_module(mod)
-    plain = str(WARM_START_DIR / f"{EMBEDDED_MODEL}-plain-words")
-    args = argparse.Namespace(decoding="constrained", choice_norm="word", choice_pmi=False, warm_start=plain)
-    assert warm_start_dir(mod.policy_config(args)) == WARM_START_DIR / f"{EMBEDDED_MODEL}-plain-words"
+    template = WARM_START_DIR / EMBEDDED_MODEL  # not the default: the option must carry it through
+    args = argparse.Namespace(decoding="constrained", choice_norm="word", choice_pmi=False, warm_start=str(template))
+    assert warm_start_dir(mod.policy_config(args)) == template
     assert mod.policy_config(argparse.Namespace(**{**vars(args), "warm_start": "auto"})) == PolicyConfig()
