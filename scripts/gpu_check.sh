@@ -29,7 +29,8 @@ fi
 OUT=${OUT:-gpu_check_out}
 mkdir -p "$OUT"
 : > "$OUT/results.jsonl"
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1
+# USE_HUB_KERNELS=NO: TRL loads its own model; transformers ≥5.25 would fetch Hub kernels for it (offline: fails).
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1 USE_HUB_KERNELS=NO
 status=0
 STEP_ARGS="--group ${GROUP:-8} --quantization ${QUANTIZATION:-auto} --out $OUT/results.jsonl"
 "$PY" -c "import torch; p = torch.cuda.get_device_properties(0); print(f'GPU: {p.name}, {p.total_memory / 2**30:.0f} GiB, torch {torch.__version__}')"

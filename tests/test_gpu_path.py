@@ -58,6 +58,8 @@ def test_unquantized_cuda_model_loads_in_bf16_straight_onto_the_rank_device(from
     assert kw["device_map"] == {"": 3} and kw["dtype"] is torch.bfloat16
     assert "quantization_config" not in kw
     assert model.moved_to == []  # no CPU build then move
+    # Found on the first H200 run: transformers ≥5.25 otherwise fetches Hub kernels on CUDA, which fails offline.
+    assert kw["use_kernels"] is False and kw["local_files_only"] is True
 
 
 def test_4bit_cuda_model_computes_in_bf16_on_the_rank_device(from_pretrained_kwargs):
@@ -151,8 +153,9 @@ def test_a_checkpoint_saved_on_cuda_resumes_on_cpu(tmp_path, tiny_policy, monkey
     with monkeypatch.context() as m:
         _as_if_saved_on_cuda(m)
         path = trainer.save_checkpoint()
-    with pytest.raises(RuntimeError, match="CUDA"):  # the file really names a CUDA device
-        torch.load(path / STATE_FILE, weights_only=False)
+    if not torch.cuda.is_available():  # the file really names a CUDA device (loadable only where one is)
+        with pytest.raises(RuntimeError, match="CUDA"):
+            torch.load(path / STATE_FILE, weights_only=False)
     saved = {k: v["exp_avg"].clone() for k, v in trainer.optimizer.state_dict()["state"].items()}
     resumed = Trainer.resume(Session.open(tmp_path / "sessions", "t"), policy=build_tiny_policy(seed=0),
                              embedder=make_embedder("hash"))  # fmt: skip

@@ -117,7 +117,9 @@ def load_base_model(location: Path | str, quantization: str, device: str, dtype:
 
     dtype = dtype or torch.float32
     qconfig = quantization_config(quantization, dtype)
-    kwargs: dict[str, Any] = {"dtype": dtype, "local_files_only": True}
+    # use_kernels=False: transformers>=5.25 with `kernels` installed (a requirement of it) otherwise
+    # kernelizes CUDA models from the Hub (kernels-community/rotary, ...), which fails offline.
+    kwargs: dict[str, Any] = {"dtype": dtype, "local_files_only": True, "use_kernels": False}
     if qconfig is not None:
         kwargs["quantization_config"] = qconfig
     if device == "cuda":
