@@ -28,7 +28,15 @@ asked as training asks (`memory.reflection`: `TIP_INSTRUCTION` after the episode
 `clean_tip`), the model's sentence alone (no record line), checked against the episode's observations
 by `envs.note_check` (correct / false / neither), per task for won and failed episodes.
 
-Run:  .venv/bin/python benchmarks/bench_notes.py --parts probs     (~9 min per task on a busy 2-core machine)
+Part "room": can the model tell whether one room holds the target? No episode and no note: the task
+sentence, the observation after walking into one side room, and "Is the {target} in this room? Answer
+Yes or No."; log P("Yes") − log P("No") of the answer's first token (free decoding), per task: the rate
+of right answers with the target in the room and without it, and the AUC of the log-odds between the
+two (0.5: no signal). The writer of bar 2 has to make this check over a whole episode
+(docs/notebook/2026-12-04-water-plant-and-gpu.md).
+
+Run:  .venv/bin/python benchmarks/bench_notes.py --parts room --variations 36 37 38 39 40 41 42 43 44 45 46 47
+      .venv/bin/python benchmarks/bench_notes.py --parts probs     (~9 min per task on a busy 2-core machine)
       .venv/bin/python benchmarks/bench_notes.py --parts bad --seeds 0 --threads 1
       .venv/bin/python benchmarks/bench_notes.py --parts order --tasks trap-light-bulb-fixed --variations 0 1 2 3 4
       .venv/bin/python benchmarks/bench_notes.py --parts play --rows 00 02 03 05    (a few wordings; play is the slow part)
@@ -57,7 +65,7 @@ import torch  # noqa: E402
 from empo2_studio.config import RunConfig  # noqa: E402
 from empo2_studio.envs.note_check import NoteVerdict, check_note, episode_facts  # noqa: E402
 from empo2_studio.envs.trap import CAN, START_ROOM, TASKS, TrapEnv  # noqa: E402
-from empo2_studio.envs.trap_world import SIDE_ROOMS  # noqa: E402
+from empo2_studio.envs.trap_world import SIDE_ROOMS, route  # noqa: E402
 from empo2_studio.memory.reflection import (  # noqa: E402
     FALLBACK_PREFIX,
     OWN_NOTE_PREFIX,
@@ -424,7 +432,61 @@ def prob_rows(task: str, per: dict[str, list[dict[str, float]]]) -> list[str]:
     return rows
 
 
-PARTS = {"probs": part_probs, "play": part_play, "bad": part_bad, "order": part_order, "write": part_write}
+def room_questions(task: str, variations: Sequence[int]) -> list[tuple[bool, str]]:
+    """(the target is in the room, the question) for each side room of each layout: the task sentence,
+    the observation on walking in from the hallway, and the yes/no question naming the target."""
+    env, out = TrapEnv(), []
+    for v in variations:
+        lay = env.layout(task, v)
+        for room in SIDE_ROOMS:
+            first = env.reset(task, v)
+            for r in route(START_ROOM, room):
+                obs = env.step(f"go to {r}").observation
+            question = (f"Task: {first.task_description}\n\nObservation: {obs.text.strip()}\n\n"
+                        f"Is the {lay.target} in this room? Answer Yes or No.")  # fmt: skip
+            out.append((room == lay.target_room, question))
+    return out
+
+
+def auc(pos: Sequence[float], neg: Sequence[float]) -> float:
+    """P(a random positive scores above a random negative), ties counted half; 0.5 = no signal."""
+    if not pos or not neg:
+        raise ValueError(f"auc needs scores of both classes, got {len(pos)} positive and {len(neg)} negative")
+    return sum((a > b) + 0.5 * (a == b) for a in pos for b in neg) / (len(pos) * len(neg))
+
+
+def part_room(args, policy, wordings) -> tuple[list[str], dict]:
+    """Does the model tell, from one room's observation, whether it holds the target? (module docstring)"""
+    fmt = policy.chat_format
+    answers = [fmt.encode(a) + (fmt.eot_id,) for a in ("Yes", "No")]
+    lines = [
+        f"### Is the target in this room? One room's observation, test variations {args.variations}, each side room",
+        "",
+        "| task | rooms with / without the target | right with the target | right without it | AUC of log P(Yes)/P(No) |",
+        "|---|---|---|---|---|",
+    ]
+    out: dict = {}
+    decoding, policy.decoding = policy.decoding, "free"  # the answer is free text, not a valid action
+    try:
+        for task in args.tasks:
+            pos, neg = [], []
+            for present, question in room_questions(task, args.variations):
+                with torch.no_grad():
+                    scored = policy.score([[Turn(question, a, ())] for a in answers])
+                margin = float(scored[0][0][0] - scored[1][0][0])
+                (pos if present else neg).append(margin)
+            out[task] = {"with": sum(m > 0 for m in pos) / len(pos), "without": sum(m <= 0 for m in neg) / len(neg),
+                         "auc": auc(pos, neg), "n": [len(pos), len(neg)]}  # fmt: skip
+            r = out[task]
+            lines.append(f"| {task} | {len(pos)} / {len(neg)} | {r['with']:.2f} | {r['without']:.2f} | {r['auc']:.2f} |")
+            print(lines[-1], flush=True)
+    finally:
+        policy.decoding = decoding
+    return lines, out
+
+
+PARTS = {"probs": part_probs, "play": part_play, "bad": part_bad, "order": part_order, "write": part_write,
+         "room": part_room}
 
 
 def new_run_dir(parent: Path) -> Path:

@@ -197,3 +197,22 @@ def test_the_write_parts_table_from_hand_made_verdicts():
             "last actions: go to greenhouse; focus on green light bulb.")
     fallback = bench.judge_note(note, _episode(BULB, 36))
     assert fallback.filler and fallback.claims == ()
+
+
+def test_the_room_question_asks_about_each_side_room_and_one_holds_the_target():
+    bench, env = _bench(), TrapEnv()
+    lay = env.layout(BULB, 36)
+    cases = bench.room_questions(BULB, [36])
+    assert len(cases) == 4 and sum(present for present, _ in cases) == 1
+    (question,) = [q for present, q in cases if present]
+    assert f"This room is called the {lay.target_room}." in question and f"a {lay.target}" in question
+    assert all(q.endswith(f"Is the {lay.target} in this room? Answer Yes or No.") for _, q in cases)
+    assert all(q.startswith(f"Task: {env.task_description(BULB, 36)}") for _, q in cases)
+
+
+def test_auc_by_hand():
+    auc = _bench().auc
+    assert auc([2.0, 1.0], [0.0]) == 1.0 and auc([0.0], [1.0]) == 0.0
+    assert auc([1.0, 0.0], [0.0, 0.0]) == 0.75  # (1 + 1 + 0.5 + 0.5) / 4
+    with pytest.raises(ValueError, match="both classes"):
+        auc([1.0], [])
