@@ -68,6 +68,10 @@ class EnvConfig:
     """ScienceWorld simplification preset or comma list ("easy" = teleport, open doors, ...)."""
     step_limit: int | None = None
     """Max steps per episode; None = per-task default (30; 60 chemistry-mix; 120 melting point)."""
+    record_line: bool = True
+    """Store the environment's own summary of each finished episode (`TextEnv.summarise_episode`: the
+    "[from the record] …" line of `envs.room_notes`) after the model's note in its tip. Off: a tip is
+    only what the model wrote (issue 25: adaptation from the model's own notes)."""
 
 
 @dataclass(frozen=True)

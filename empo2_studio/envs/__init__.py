@@ -76,7 +76,8 @@ class TextEnv(Protocol):
         """What a finished `episode` of this environment found, in one line a later prompt can carry
         (stored with the episode's tip, see `memory.reflection.with_record`), or None when the
         environment has nothing to say. The trap and ScienceWorld give their "[from the record] …"
-        line (`envs.room_notes`): knowledge of their observation text stays here, not in memory/."""
+        line (`envs.room_notes`), or None when built with `record_line=False` (`EnvConfig.record_line`):
+        knowledge of their observation text stays here, not in memory/."""
         ...
 
 
@@ -90,11 +91,11 @@ def make_env(cfg: EnvConfig) -> TextEnv:
     if cfg.name == "trap":
         from empo2_studio.envs.trap import TrapEnv
 
-        env: TextEnv = TrapEnv(step_limit=cfg.step_limit)
+        env: TextEnv = TrapEnv(step_limit=cfg.step_limit, record_line=cfg.record_line)
     elif cfg.name == "scienceworld":
         from empo2_studio.envs.scienceworld import ScienceWorldEnv
 
-        env = ScienceWorldEnv(simplification=cfg.simplification, step_limit=cfg.step_limit)
+        env = ScienceWorldEnv(simplification=cfg.simplification, step_limit=cfg.step_limit, record_line=cfg.record_line)
     else:
         raise ValueError(f"unknown environment {cfg.name!r}; valid: {', '.join(ACTION_FORMATS)}")
     if cfg.task not in env.task_names():

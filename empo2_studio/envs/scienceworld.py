@@ -155,11 +155,13 @@ class ScienceWorldEnv:
         simplification: str = "easy",
         step_limit: int | None = None,
         java_opts: tuple[str, ...] = JAVA_OPTS,
+        record_line: bool = True,
     ) -> None:
         check_simplification(simplification)
         if step_limit is not None and step_limit < 1:
             raise ValueError(f"step_limit must be ≥ 1 or None, got {step_limit!r}")
         self.simplification = simplification
+        self.record_line = record_line
         self.java_opts = tuple(java_opts)
         self._step_limit = step_limit
         self._sim: Any = None
@@ -292,8 +294,8 @@ class ScienceWorldEnv:
 
     def summarise_episode(self, episode: Episode) -> str | None:
         """The episode's record line (`envs.room_notes`: ScienceWorld describes rooms in the words the
-        trap copies); None when it has nothing to say."""
-        return episode_record(episode) or None
+        trap copies); None when it has nothing to say or the env was built with `record_line=False`."""
+        return (episode_record(episode) or None) if self.record_line else None
 
     def __enter__(self) -> ScienceWorldEnv:
         return self

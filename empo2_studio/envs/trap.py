@@ -82,10 +82,11 @@ class TrapEnv:
 
     name = "trap"
 
-    def __init__(self, step_limit: int | None = None) -> None:
+    def __init__(self, step_limit: int | None = None, record_line: bool = True) -> None:
         if step_limit is not None and step_limit < 1:
             raise ValueError(f"step_limit must be ≥ 1 or None, got {step_limit!r}")
         self._step_limit = step_limit
+        self.record_line = record_line
         self._layouts = {t: layouts(t) for t in TASKS}
         self._state: _State | None = None
 
@@ -235,8 +236,9 @@ class TrapEnv:
         self._state = None
 
     def summarise_episode(self, episode: Episode) -> str | None:
-        """The episode's record line (`envs.room_notes`); None when it has nothing to say."""
-        return episode_record(episode) or None
+        """The episode's record line (`envs.room_notes`); None when it has nothing to say or the env
+        was built with `record_line=False`."""
+        return (episode_record(episode) or None) if self.record_line else None
 
     # ---- rules ---------------------------------------------------------------------------------
     def _score(self) -> float:
