@@ -75,6 +75,7 @@ from empo2_studio.memory.reflection import (  # noqa: E402
 )
 from empo2_studio.policy import Turn, load_policy, prompts  # noqa: E402
 from empo2_studio.rollout import conversation, play_group, seed_policy  # noqa: E402
+from empo2_studio.rollout.conversation import transcript  # noqa: E402
 from empo2_studio.sessions import default_sessions_root  # noqa: E402
 from empo2_studio.types import RetrievedTip  # noqa: E402
 
@@ -323,15 +324,22 @@ def part_order(args, policy, wordings) -> tuple[list[str], dict]:
     return lines, out
 
 
-def own_notes(policy, episodes: Sequence, cached: bool = True) -> list[str]:
+def own_notes(policy, episodes: Sequence, cached: bool = True, context: str = "conversation") -> list[str]:
     """The note the policy writes about each episode, asked exactly as training asks
     (`memory.reflection.write_tips`: `TIP_INSTRUCTION` after the episode's conversation as the policy saw
     it, `rollout.conversation`, one batched greedy call; `cached`: from the episodes' kept sampling caches,
     which only the policy that played them has) and cleaned by `clean_tip`, but without the
     record line `with_record` adds: the model's own sentence, or the `FALLBACK_PREFIX` fallback.
+    `context` "transcript": the instruction follows the episode's transcript alone instead
+    (`rollout.conversation.transcript`, one user message; for writers built with `--context transcript`).
     Raises ValueError when the policy returns another number of replies."""
     if not episodes:
         return []
+    if context == "transcript":
+        replies = [r for e in episodes for r in policy.write_tips([()], f"{transcript(e)}\n\n{TIP_INSTRUCTION}")]
+        if len(replies) != len(episodes):
+            raise ValueError(f"policy.write_tips returned {len(replies)} notes for {len(episodes)} episodes")
+        return [clean_tip(r, e) for r, e in zip(replies, episodes, strict=True)]
     convs = [conversation(e) for e in episodes]
     replies = policy.write_tips(convs, TIP_INSTRUCTION, keys=[e.episode_id for e in episodes] if cached else None)
     if len(replies) != len(episodes):
@@ -396,7 +404,7 @@ def part_write(args, policy, wordings) -> tuple[list[str], dict]:
             for seed in args.seeds:
                 for row, note in ((NO_NOTE, None), (TEMPLATE_CUT, TrapEnv().curated_tip(task, v))):
                     eps = play_with_note(policy, task, v, note, args, seed * 1000 + v, cut=True, keep_caches=same)
-                    for ep, text in zip(eps, own_notes(args.writer, eps, cached=same), strict=True):
+                    for ep, text in zip(eps, own_notes(args.writer, eps, cached=same, context=args.writer_context), strict=True):
                         vd = judge_note(text, ep)
                         records.append({"task": task, "variation": v, "seed": seed, "pinned": row, "won": ep.won,
                                         "score": ep.score, "note": text, "correct": vd.correct, "false": vd.false,
@@ -518,6 +526,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--step-limit", type=int, default=8)
     ap.add_argument("--temperature", type=float, default=1.0)
     ap.add_argument("--warm-start", default=RunConfig().policy.warm_start, help="auto (the default adapter, plain words) | none | DIR")
+    ap.add_argument("--writer-context", choices=["conversation", "transcript"], default="conversation",
+                    help="what the note is written after: the episode as the policy saw it, or its transcript alone "
+                         "(for writers built with make_warmstart.py --context transcript)")
     ap.add_argument("--note-writer", default=None, metavar="DIR",
                     help="part write: another adapter writes the notes about the episodes the --warm-start one played")
     ap.add_argument("--decoding", choices=["constrained", "action"], default="constrained",
@@ -535,7 +546,8 @@ def main(argv: list[str] | None = None) -> int:
     policy = load_policy(dataclasses.replace(RunConfig().policy, warm_start=args.warm_start, decoding=args.decoding))
     args.writer = policy if args.note_writer is None else load_policy(
         dataclasses.replace(RunConfig().policy, warm_start=args.note_writer))  # fmt: skip
-    writer = f", notes written by {args.note_writer}" if args.note_writer else ""
+    writer = (f", notes written by {args.note_writer}" if args.note_writer else "") + (
+        f" after the {args.writer_context}" if args.writer_context != "conversation" else "")
     report = [f"# bench_notes ({time.strftime('%Y-%m-%d %H:%M')}, warm start {args.warm_start}, policy {policy.version}, {args.decoding} decoding{writer})", ""]
     results: dict = {}
     for name in args.parts:

@@ -197,17 +197,26 @@ def conversation(task: str, variation: int, rng: random.Random, step_limit: int 
 def reflection_conversation(task: str, variation: int, rng: random.Random, step_limit: int = 8, recipe: str = "wordings",
                             template: float = 0.25, pass_by_share: float = 0.0, form: str = "sentence",
                             ) -> tuple[list[tuple[str, str, tuple[str, ...]]], str]:  # fmt: skip
-    """An episode as the policy saw it, then the true note about it that answers the reflection prompt.
+    """An episode as the policy saw it (`reflection_episode`), then the true note about it that answers the
+    reflection prompt (`note_wordings.reflection_answer` in the answer form `form`: "sentence" or "rooms").
+    Returns (turns as (user text, action, valid actions), answer)."""
+    turns, rooms, can_room = reflection_episode(task, variation, rng, step_limit, recipe, template, pass_by_share)
+    return turns, reflection_answer(TrapEnv().layout(task, variation), rooms, can_room, rng, form)
+
+
+def reflection_episode(task: str, variation: int, rng: random.Random, step_limit: int = 8, recipe: str = "wordings",
+                       template: float = 0.25, pass_by_share: float = 0.0,
+                       ) -> tuple[list[tuple[str, str, tuple[str, ...]]], list[str], str | None]:  # fmt: skip
+    """An episode for the reflection prompt, and what its turns' observations showed.
 
     Half the episodes are meant to see the target: a note-following episode (`conversation`) or a walk
     that takes the note's next action half the time, or (share `pass_by_share` of them) a walk that
     goes into the target's room and on without acting on the target. The other half never enter the
     target's room (a random walk over the other actions), so the note must say where the target was
-    *not*: with wins 9 in 10 of the episodes, the model learned to name a room whatever it saw. The answer
-    (`note_wordings.reflection_answer`) says only what the turns' observations showed: the rooms the
-    policy stood in at each turn (the room a last "go to" enters is never shown to it) and where it saw
-    the watering can, in the answer form `form` ("sentence" or "rooms": `note_wordings.reflection_answer`).
-    Returns (turns as (user text, action, valid actions), answer)."""
+    *not*: with wins 9 in 10 of the episodes, the model learned to name a room whatever it saw. What the
+    turns' observations showed: the rooms the policy stood in at each turn (the room a last "go to" enters
+    is never shown to it) and the room where it saw the watering can (None: not seen, or not water-plant).
+    Returns (turns as (user text, action, valid actions), rooms stood in, in order, can room)."""
     find = rng.random() < 0.5
     # The trap's own failure: walk into the target's room and out again without acting on the target.
     pass_by = find and pass_by_share > 0 and rng.random() < pass_by_share
@@ -235,17 +244,94 @@ def reflection_conversation(task: str, variation: int, rng: random.Random, step_
             obs = res.observation
             if res.done:
                 break
-    env = TrapEnv(step_limit=step_limit)  # replay: the rooms each turn was played in
-    env.reset(task, variation)
-    rooms, can_room = [], None
-    for action in actions:
+    rooms, can_room, _ = replay_rooms(task, variation, actions, step_limit, final=False)
+    return turns, rooms, can_room
+
+
+def replay_rooms(task: str, variation: int, actions: list[str], step_limit: int = 8, final: bool = False,
+                 ) -> tuple[list[str], str | None, str]:  # fmt: skip
+    """Replay `actions`: the room each turn was played in (with `final`, also the room the last action
+    ends in, whose observation a transcript shows), the room where the watering can was first seen
+    (None: not seen, or not water-plant), and the episode's transcript (`prompts.episode_transcript`)."""
+    env = TrapEnv(step_limit=step_limit)
+    first = env.reset(task, variation)
+    rooms, can_room, steps = [], None, []
+    for i in range(len(actions) + 1):
         st = env._state
         assert st is not None
+        if i == len(actions) and not final:
+            break
         rooms.append(st.room)
         if st.objects.get(CAN) == st.room and can_room is None and task == "trap-water-plant":
             can_room = st.room
-        env.step(action)
-    return turns, reflection_answer(env.layout(task, variation), rooms, can_room, rng, form)
+        if i < len(actions):
+            steps.append((actions[i], env.step(actions[i]).observation.text))
+    return rooms, can_room, prompts.episode_transcript(first.task_description, first.text, steps)
+
+
+def room_questions(task: str, variation: int, rooms_seen: list[str], rng: random.Random) -> list[tuple[str, str]]:
+    """Yes/no questions about rooms the episode stood in, asked after it instead of the reflection prompt:
+    (question, "Yes" or "No"), one about the target's room when the episode saw it and one about another
+    room, in random order.
+
+    Why: the note writers (docs/notebook/2026-12-04-own-notes.md) named the rooms right and got each room's
+    verdict wrong. Asked about one room's observation alone, a LoRA learned the verdict in one epoch
+    (docs/notebook/2026-12-04-water-plant-and-gpu.md); here the question is asked where the note needs it,
+    after the whole episode, so the answer is one weighted token instead of a few among twenty."""
+    lay = TrapEnv().layout(task, variation)
+    seen = list(dict.fromkeys(rooms_seen))
+    others = [r for r in seen if r != lay.target_room]
+    picked = ([lay.target_room] if lay.target_room in seen else []) + rng.sample(others, min(len(others), 1))
+    if len(picked) < 2 and len(others) > 1:
+        picked.append(rng.choice([r for r in others if r not in picked]))
+    rng.shuffle(picked)
+    return [(f"Was the {lay.target} in the {room}? Answer Yes or No.", "Yes" if room == lay.target_room else "No")
+            for room in picked]
+
+
+def verdict_positions(fmt, answer: str) -> list[int]:
+    """Token positions of each room's verdict in a room-by-room answer ("Kitchen: no red light bulb.
+    Greenhouse: the red light bulb."): the first token after each "Room:". The encoded prefix up to a
+    colon is a prefix of the encoded answer (the tokenizer splits before spaces), so its length is the
+    verdict's position."""
+    out, start = [], 0
+    while (colon := answer.find(":", start)) >= 0:
+        out.append(len(fmt.encode(answer[: colon + 1])))
+        start = colon + 1
+    return out
+
+
+def reflection_item(fmt, task: str, variation: int, rng: random.Random, args) -> tuple[list[Turn], dict[int, "torch.Tensor"]]:
+    """One reflection conversation as policy turns, and the turns learned with their per-token weights:
+    the episode (`reflection_episode`) answered by a true note (`reflection_answer`; in the rooms form each
+    room's verdict token counted `args.verdict_weight` times) or, for a share `args.room_questions` of
+    them, by yes/no questions about its rooms (`room_questions`, every answer token counted
+    `args.verdict_weight` times)."""
+    import torch
+
+    turns, rooms, can_room = reflection_episode(task, variation, rng, recipe=args.recipe, template=args.template,
+                                                pass_by_share=args.pass_by)  # fmt: skip
+    conv = [Turn(u, fmt.encode(a) + (fmt.eot_id,), valid) for u, a, valid in turns]
+    lead = ""  # with --context transcript the episode is one text block before the first question
+    if getattr(args, "context", "conversation") == "transcript":
+        rooms, can_room, text = replay_rooms(task, variation, [a for _, a, _ in turns], final=True)
+        conv, lead = [], text + "\n\n"
+    learned: dict[int, torch.Tensor] = {}
+    if args.room_questions and rng.random() < args.room_questions:  # draws only when on: the default data stays
+        for question, answer in room_questions(task, variation, rooms, rng):
+            ids = fmt.encode(answer) + (fmt.eot_id,)
+            learned[len(conv)] = torch.full((len(ids),), float(args.verdict_weight))
+            conv.append(Turn(lead + question, ids, ()))
+            lead = ""
+        return conv, learned
+    answer = reflection_answer(TrapEnv().layout(task, variation), rooms, can_room, rng, args.answer_form)
+    ids = fmt.encode(answer) + (fmt.eot_id,)
+    weights = torch.ones(len(ids))
+    if args.answer_form == "rooms":
+        weights[verdict_positions(fmt, answer)] = float(args.verdict_weight)
+    learned[len(conv)] = weights
+    conv.append(Turn(lead + TIP_INSTRUCTION, ids, ()))
+    return conv, learned
 
 
 def weighted_nll(picked: list, focus: list[bool], focus_weight: float = 1.0) -> "torch.Tensor":
@@ -299,6 +385,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--answer-form", choices=["sentence", "rooms"], default="sentence",
                     help="reflection answers as one sentence in a random wording, or room by room, each room's "
                          "verdict right after its name (note_wordings.rooms_answer)")
+    ap.add_argument("--room-questions", type=float, default=0.0,
+                    help="share of the reflection episodes answered by yes/no questions about the rooms they stood in "
+                         "('Was the X in the Y?') instead of a note (room_questions)")
+    ap.add_argument("--context", choices=["conversation", "transcript"], default="conversation",
+                    help="what the reflection answer follows: the episode's conversation as the policy saw it, or "
+                         "its transcript alone (prompts.episode_transcript: task, observations, actions; no notes)")
+    ap.add_argument("--verdict-weight", type=float, default=1.0,
+                    help="weight of each room's verdict token in rooms-form notes and of the room questions' answers")
     ap.add_argument("--reflect", type=float, default=0.0,
                     help="reflection conversations per note-following one: the reflection prompt answered with a "
                          "true note about the episode (0 = none, the shipped adapter)")
@@ -313,6 +407,10 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--focus-first must be a share in [0, 1], got {args.focus_first}")
     if args.plant_per_layout is not None and args.plant_per_layout < 1:
         ap.error(f"--plant-per-layout must be ≥ 1, got {args.plant_per_layout}")
+    if not 0 <= args.room_questions <= 1:
+        ap.error(f"--room-questions must be a share in [0, 1], got {args.room_questions}")
+    if args.verdict_weight <= 0:
+        ap.error(f"--verdict-weight must be > 0, got {args.verdict_weight}")
     if not 0 <= args.pass_by <= 1:
         ap.error(f"--pass-by must be a share in [0, 1], got {args.pass_by}")
 
@@ -349,11 +447,7 @@ def main(argv: list[str] | None = None) -> int:
         rng.shuffle(anchors)
         anchor_convs = [[Turn(u, fmt.encode(a) + (fmt.eot_id,), valid) for u, a, valid in w] for w in anchors]
         n_notes = round(len(data) * args.reflect) if follow else len(layouts) * args.per_layout
-        reflections = [reflection_conversation(t, v, rng, recipe=args.recipe, template=args.template, pass_by_share=args.pass_by,
-                                               form=args.answer_form)
-                       for t, v in rng.sample(layouts * args.per_layout, n_notes)]  # fmt: skip
-        reflect_convs = [[*(Turn(u, fmt.encode(a) + (fmt.eot_id,), valid) for u, a, valid in turns),
-                          Turn(TIP_INSTRUCTION, fmt.encode(answer) + (fmt.eot_id,), ())] for turns, answer in reflections]  # fmt: skip
+        reflect_convs = [reflection_item(fmt, t, v, rng, args) for t, v in rng.sample(layouts * args.per_layout, n_notes)]
         steps = -(-(len(data) if follow else n_notes) // args.batch)
         per_batch = -(-len(reflect_convs) // max(1, steps))  # the reflection answers, spread over the steps
         with torch.no_grad(), policy.no_adapter():  # the base model's note-free distributions, fixed
@@ -381,9 +475,12 @@ def main(argv: list[str] | None = None) -> int:
             if notes:
                 policy.decoding = "free"  # the note is free text (write_tips decodes it unconstrained)
                 try:
-                    note_nll = -torch.cat([conv[-1] for conv in policy.score(notes)]).mean()
+                    scored = policy.score([conv for conv, _ in notes])
                 finally:
                     policy.decoding = "constrained"
+                lps = torch.cat([lp[i] for lp, (_, learned) in zip(scored, notes) for i in learned])
+                weights = torch.cat([w for _, learned in notes for w in learned.values()])
+                note_nll = -(lps * weights).sum() / weights.sum()
                 loss = loss + note_nll
             opt.zero_grad(set_to_none=True)
             loss.backward()
@@ -411,6 +508,7 @@ def main(argv: list[str] | None = None) -> int:
         + ("" if args.reflect_only else " and note-free random walks (KL to the base model)"),
         "recipe": args.recipe, "splits": args.splits, "template_share": args.template, "reflect": args.reflect,
         "reflect_only": args.reflect_only, "pass_by": args.pass_by, "answer_form": args.answer_form,
+        "room_questions": args.room_questions, "verdict_weight": args.verdict_weight, "context": args.context,
         "last_layers": args.last_layers, "anchor_weight": args.anchor_weight, "focus_weight": args.focus_weight, "plan_share": args.plan_share, "can_weight": args.can_weight, "plant_per_layout": args.plant_per_layout, "focus_first": args.focus_first, "epochs": args.epochs, "per_layout": args.per_layout, "batch": args.batch, "lr": args.lr, "seed": args.seed,
         "seconds": round(time.time() - t0, 1), "history": history,
     }  # fmt: skip

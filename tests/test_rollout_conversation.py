@@ -84,3 +84,18 @@ def test_rollout_reflection_and_update_build_the_same_turns(tmp_path):
             assert turn.user_text == f"{s.user_message}\n\nNotes from your earlier attempts:{notes}"
             assert turn.action_ids == s.sample.token_ids == tuple(s.sample.text.encode())
         assert [t.user_text for t in update_conversation(ep, "off-policy")] == [s.user_message for s in ep.steps]
+
+
+def test_a_transcript_holds_the_task_what_was_seen_and_done_and_no_notes():
+    from dataclasses import replace
+
+    from empo2_studio.rollout.conversation import transcript
+
+    ep = _episode()
+    steps = tuple(replace(s, observation=f"seen {s.index}") for s in ep.steps)
+    ep = replace(ep, steps=steps, task_description="Your task is to find x. ", first_observation="start room")
+    assert transcript(ep) == (
+        "Task: Your task is to find x.\n\nWhat happened:\nstart room\n"
+        "> look around\nseen 0\n> open door\nseen 1\n> go kitchen\nseen 2"
+    )
+    assert "tip one" not in transcript(ep)  # a note read is not something the episode saw

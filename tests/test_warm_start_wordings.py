@@ -3,6 +3,7 @@ script never reads the held-out file, and no sentence of one is a sentence of th
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import random
 import re
@@ -277,3 +278,75 @@ def test_focus_first_focuses_in_the_flowers_room_then_fetches_the_can_and_still_
         mw.main(["--focus-first", "2", "--out", "/nonexistent"])
     with pytest.raises(SystemExit):
         mw.main(["--plant-per-layout", "0", "--out", "/nonexistent"])
+
+
+class _WordFormat:
+    """A chat format whose tokens are whitespace-separated words (the prefix property of the real one)."""
+
+    eot_id = -1
+
+    def __init__(self) -> None:
+        self.words: list[str] = []
+
+    def encode(self, text: str) -> tuple[int, ...]:
+        for w in text.split():
+            if w not in self.words:
+                self.words.append(w)
+        return tuple(self.words.index(w) for w in text.split())
+
+
+def test_room_questions_ask_about_rooms_the_episode_stood_in_and_answer_from_the_layout():
+    mw = _load(ROOT / "scripts" / "make_warmstart.py", "make_warmstart_under_test")
+
+    def asked(rooms: list[str], seed: int) -> dict[str, str]:  # room asked about -> answer
+        qs = mw.room_questions("trap-light-bulb", 24, rooms, random.Random(seed))  # the red light bulb, in the greenhouse
+        assert all(re.fullmatch(r"Was the red light bulb in the \w+\? Answer Yes or No\.", q) for q, _ in qs)
+        return {re.search(r"in the (\w+)\?", q).group(1): a for q, a in qs}
+
+    for seed in range(6):
+        got = asked(["hallway", "kitchen", "greenhouse", "kitchen"], seed)
+        assert got.pop("greenhouse") == "Yes" and len(got) == 1 and set(got.items()) <= {("hallway", "No"), ("kitchen", "No")}
+    assert asked(["hallway", "bedroom", "hallway"], 0) == {"hallway": "No", "bedroom": "No"}
+    assert asked(["hallway"], 0) == {"hallway": "No"}
+
+
+def test_verdict_tokens_are_the_first_after_each_room_and_carry_the_verdict_weight():
+    mw = _load(ROOT / "scripts" / "make_warmstart.py", "make_warmstart_under_test")
+    fmt = _WordFormat()
+    # words: Kitchen:(0) no(1) red(2) light(3) bulb.(4) Greenhouse:(5) the(6) red(7) light(8) bulb.(9)
+    assert mw.verdict_positions(fmt, "Kitchen: no red light bulb. Greenhouse: the red light bulb.") == [1, 6]
+    assert mw.verdict_positions(fmt, "The red light bulb was in the greenhouse.") == []
+    args = argparse.Namespace(recipe="wordings", template=0.1, pass_by=0.0, room_questions=0.0, verdict_weight=3.0,
+                              answer_form="rooms")
+    conv, learned = mw.reflection_item(fmt, "trap-light-bulb", 24, random.Random(1), args)
+    (last, weights), = learned.items()
+    assert last == len(conv) - 1 and conv[last].user_text == mw.TIP_INSTRUCTION
+    words = [fmt.words[i] for i in conv[last].action_ids[:-1]]  # the eot id closes the answer
+    assert words[0].endswith(":") and words[-1].endswith(".")
+    expected = [3.0 if i and words[i - 1].endswith(":") else 1.0 for i in range(len(words))] + [1.0]
+    assert weights.tolist() == expected and expected.count(3.0) >= 1
+    args.room_questions = 1.0
+    conv, learned = mw.reflection_item(fmt, "trap-light-bulb", 24, random.Random(1), args)
+    assert all(conv[i].user_text.startswith("Was the red light bulb in the ") for i in learned)
+    assert all(w.tolist() == [3.0, 3.0] for w in learned.values())  # "Yes"/"No" and the eot id
+    with pytest.raises(SystemExit):
+        mw.main(["--room-questions", "1.5", "--out", "/nonexistent"])
+    with pytest.raises(SystemExit):
+        mw.main(["--verdict-weight", "0", "--out", "/nonexistent"])
+
+
+def test_a_transcript_reflection_is_one_message_and_counts_the_room_the_last_action_enters():
+    mw = _load(ROOT / "scripts" / "make_warmstart.py", "make_warmstart_under_test")
+    # Layout 24: the red light bulb in the greenhouse; the last action walks in, so only a transcript shows it.
+    rooms, can, text = mw.replay_rooms("trap-light-bulb", 24, ["go to kitchen", "go to hallway", "go to greenhouse"], final=True)
+    assert rooms == ["hallway", "kitchen", "hallway", "greenhouse"] and can is None
+    assert mw.replay_rooms("trap-light-bulb", 24, ["go to kitchen"], final=False)[0] == ["hallway"]
+    lines = text.splitlines()
+    assert lines[0].startswith("Task: Your task is to turn on the red light bulb.") and lines[-2] == "> go to greenhouse"
+    assert "This room is called the greenhouse." in lines[-1] and "a red light bulb" in lines[-1]
+    args = argparse.Namespace(recipe="wordings", template=0.1, pass_by=0.0, room_questions=0.0, verdict_weight=1.0,
+                              answer_form="sentence", context="transcript")
+    conv, learned = mw.reflection_item(_WordFormat(), "trap-light-bulb", 24, random.Random(2), args)
+    assert len(conv) == 1 and list(learned) == [0]
+    assert conv[0].user_text.startswith("Task: ") and conv[0].user_text.endswith(mw.TIP_INSTRUCTION)
+    assert "Notes from your earlier attempts" not in conv[0].user_text

@@ -246,3 +246,17 @@ def conversation_text(turns: Sequence[tuple[str, str]]) -> str:
         if assistant:
             parts.append(f"assistant: {assistant}")
     return " ".join(parts)
+
+
+def episode_transcript(task_description: str, first_observation: str, steps: Sequence[tuple[str, str]]) -> str:
+    """A finished episode as one block of text: the task, the first observation, then each (action,
+    observation after it) as "> action" and the observation, the last one included.
+
+    A reflection context that holds only what the episode saw and did: no instructions, valid-action
+    lists or notes read (a note read names rooms the episode may never have seen). Used by note writers
+    trained on it (scripts/make_warmstart.py `--context transcript`, docs/notebook/2026-12-04-writer-signal.md).
+    """
+    lines = [f"Task: {task_description.strip()}", "", "What happened:", first_observation.strip()]
+    for action, observation in steps:
+        lines += [f"> {action}", observation.strip()]
+    return "\n".join(lines)

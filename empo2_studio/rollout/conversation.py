@@ -47,3 +47,9 @@ def conversation(episode: Episode, *, with_tips: bool = True, n_turns: int | Non
 def with_tips_message(step: Step, style: PromptStyle) -> str:
     """The user message exactly as the policy saw it when sampling `step` (tips block in `style`)."""
     return step_turn(step, style).user_text
+
+
+def transcript(episode: Episode) -> str:
+    """The episode as one text block (`prompts.episode_transcript`): its task, what it saw and what it did."""
+    steps = [(s.action or s.sample.text, s.observation) for s in episode.steps]
+    return prompts.episode_transcript(episode.task_description, episode.first_observation, steps)
