@@ -35,6 +35,11 @@ of right answers with the target in the room and without it, and the AUC of the 
 two (0.5: no signal). The writer of bar 2 has to make this check over a whole episode
 (docs/notebook/2026-12-04-water-plant-and-gpu.md).
 
+Part "ask": the same check inside a whole episode, as a note writer needs it. Episodes played as in part
+write; after each, for every room the writer can see it stood in, "Was the {target} in the {room}?
+Answer Yes or No." (`--note-writer` answers, after the conversation or the transcript, `--writer-context`);
+per task the right rates with the target in the room and without it, and the AUC of the log-odds.
+
 Run:  .venv/bin/python benchmarks/bench_notes.py --parts room --variations 36 37 38 39 40 41 42 43 44 45 46 47
       .venv/bin/python benchmarks/bench_notes.py --parts probs     (~9 min per task on a busy 2-core machine)
       .venv/bin/python benchmarks/bench_notes.py --parts bad --seeds 0 --threads 1
@@ -493,8 +498,57 @@ def part_room(args, policy, wordings) -> tuple[list[str], dict]:
     return lines, out
 
 
+def episode_questions(episode, context: str) -> list[tuple[bool, list[Turn], str]]:
+    """(the target is in the room, the turns before the question, the question) for each room the writer
+    can see the episode stood in: the rooms whose "This room is called the R." is in the conversation
+    (`context` "conversation") or the transcript ("transcript", which also shows the last observation)."""
+    lay = TrapEnv().layout(episode.task, episode.variation)
+    if context == "transcript":
+        turns, lead = [], transcript(episode) + "\n\n"
+        shown = lead
+    else:
+        turns, lead = list(conversation(episode)), ""
+        shown = " ".join(t.user_text for t in turns)
+    rooms = [r for r in (START_ROOM, *SIDE_ROOMS) if f"This room is called the {r}." in shown]
+    return [(r == lay.target_room, turns, f"{lead}Was the {lay.target} in the {r}? Answer Yes or No.") for r in rooms]
+
+
+def part_ask(args, policy, wordings) -> tuple[list[str], dict]:
+    """Is the target in this room, asked after a whole episode? (module docstring, part "ask")"""
+    writer, vs = args.writer, args.play_variations
+    fmt = writer.chat_format
+    answers = [fmt.encode(a) + (fmt.eot_id,) for a in ("Yes", "No")]
+    lines = [
+        f"### Was the target in room R? Asked after each episode ({args.writer_context}), test variations {vs}, "
+        f"{args.episodes} episodes × {len(args.seeds)} seeds per layout with no note and as many with the template pinned",
+        "",
+        "| task | questions with / without the target | right with the target | right without it | AUC of log P(Yes)/P(No) |",
+        "|---|---|---|---|---|",
+    ]
+    out: dict = {}
+    for task in args.tasks:
+        pos, neg = [], []
+        for v in vs:
+            for seed in args.seeds:
+                for note in (None, TrapEnv().curated_tip(task, v)):
+                    for ep in play_with_note(policy, task, v, note, args, seed * 1000 + v, cut=True):
+                        for present, turns, question in episode_questions(ep, args.writer_context):
+                            decoding, writer.decoding = writer.decoding, "free"  # the answer is free text
+                            try:
+                                with torch.no_grad():
+                                    scored = writer.score([turns + [Turn(question, a, ())] for a in answers])
+                            finally:
+                                writer.decoding = decoding
+                            (pos if present else neg).append(float(scored[0][-1][0] - scored[1][-1][0]))
+        r = out[task] = {"with": sum(m > 0 for m in pos) / max(len(pos), 1), "without": sum(m <= 0 for m in neg) / max(len(neg), 1),
+                         "auc": auc(pos, neg) if pos and neg else float("nan"), "n": [len(pos), len(neg)]}  # fmt: skip
+        lines.append(f"| {task} | {len(pos)} / {len(neg)} | {r['with']:.2f} | {r['without']:.2f} | {r['auc']:.2f} |")
+        print(lines[-1], flush=True)
+    return lines, out
+
+
 PARTS = {"probs": part_probs, "play": part_play, "bad": part_bad, "order": part_order, "write": part_write,
-         "room": part_room}
+         "room": part_room, "ask": part_ask}
 
 
 def new_run_dir(parent: Path) -> Path:

@@ -34,7 +34,10 @@ counts the focus step's tokens more in the note-following loss; `--plan-share` s
 notes say what to do rather than state facts only; `--answer-form rooms` writes reflection answers room by
 room (`note_wordings.rooms_answer`); for trap-water-plant's two stages, `--plant-per-layout` gives its
 layouts more conversations, `--can-weight` weights the can's pick-up like the focus, and `--focus-first`
-lets a share of its conversations focus on the flower first when a detour lands in its room.
+lets a share of its conversations focus on the flower first when a detour lands in its room. For note
+writers (`--reflect-only`): `--room-questions` answers a share of the episodes with yes/no questions about
+the rooms they stood in, `--verdict-weight` counts each room's verdict more, and `--context transcript`
+shows the episode as one text block instead of the conversation (docs/notebook/2026-12-04-writer-signal.md).
 
 LoRA adapts the last 12 of the 30 layers (`--last-layers`): autograd stops there, so every later
 backward pass of a run costs 12 layers, not 30, and stores their activations only.

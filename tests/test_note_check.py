@@ -216,3 +216,15 @@ def test_auc_by_hand():
     assert auc([1.0, 0.0], [0.0, 0.0]) == 0.75  # (1 + 1 + 0.5 + 0.5) / 4
     with pytest.raises(ValueError, match="both classes"):
         auc([1.0], [])
+
+
+def test_episode_questions_ask_about_the_rooms_the_transcript_shows():
+    bench = _bench()
+    # layout 36: the green light bulb in the greenhouse; the wrong walk never enters it
+    failed = bench.episode_questions(_episode(BULB, 36, ["go to kitchen", "go to workshop", "go to hallway",
+                                                          "focus on blue light bulb"]), "transcript")
+    asked = {q.rsplit(" in the ", 1)[1].split("?")[0]: present for present, _, q in failed}
+    assert asked == {"hallway": False, "kitchen": False, "workshop": False}
+    assert all(turns == [] and q.startswith("Task: ") and q.endswith("Answer Yes or No.") for _, turns, q in failed)
+    won = bench.episode_questions(_episode(BULB, 36), "transcript")  # the gold path: straight to the greenhouse
+    assert {q.rsplit(" in the ", 1)[1].split("?")[0]: present for present, _, q in won} == {"hallway": False, "greenhouse": True}
