@@ -149,7 +149,8 @@ def part_notes(args, policy, embedder, root: Path) -> tuple[str, dict]:
 def lesson_config(task: str, seed: int, args) -> RunConfig:
     return RunConfig(
         run_id=f"distill-{task}-seed{seed}", seed=seed,
-        env=EnvConfig(name="trap", task=task, variations=tuple(args.distill_variations), step_limit=args.step_limit),
+        env=EnvConfig(name="trap", task=task, variations=tuple(args.distill_variations), step_limit=args.step_limit,
+                      record_line=not getattr(args, "no_record_line", False)),
         memory=MemoryConfig(embedder="minilm"),
         rollout=RolloutConfig(group_size=8, train_temperature=args.temperature),
         algo=AlgoConfig(low_prob_ref=args.low_prob_ref),
@@ -241,10 +242,12 @@ def part_distill(args, policy, embedder, root: Path, warm: list[torch.Tensor]) -
 
 def part_adapt(args, policy, embedder, root: Path, warm: list[torch.Tensor]) -> tuple[str, dict]:
     """Bar 5: OOD adaptation with frozen weights on tasks other than the session's; the memory fills
-    with the episodes' own tips (record line + the model's sentence) trial after trial."""
+    with the episodes' own tips (the model's sentence, then the record line unless `--no-record-line`)
+    trial after trial."""
     rows: dict = {}
+    tips = "the model's note alone, no record line" if args.no_record_line else "the model's note + the record line"
     lines = [
-        f"### OOD adaptation: frozen weights, self-written tips, {args.adapt_trials} memory trials after a "
+        f"### OOD adaptation: frozen weights, self-written tips ({tips}), {args.adapt_trials} memory trials after a "
         f"memory-free trial 0, group 8, step limit {args.step_limit}, seeds {args.seeds}",
         "",
         "| task | " + " | ".join(f"trial {t}" for t in range(args.adapt_trials + 1)) + " |",
@@ -347,6 +350,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tip-wording", type=int, default=None, metavar="N",
                     help="part distill: the pre-filled tips in held-out wording N of benchmarks/data/heldout_notes.json "
                          "(a teacher's own words) instead of the template")
+    ap.add_argument("--no-record-line", action="store_true",
+                    help="tips hold only what the model wrote (env.record_line off): adaptation from its own notes (issue 25 bar 3)")
     ap.add_argument("--warm-start", default=RunConfig().policy.warm_start, help="auto (the default adapter, plain words) | none | DIR")
     ap.add_argument("--root", type=Path, default=None, help="sessions root (default: $EMPO2_SESSIONS_DIR or ./sessions)")
     args = ap.parse_args(argv)
