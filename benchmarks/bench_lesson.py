@@ -150,7 +150,7 @@ def lesson_config(task: str, seed: int, args) -> RunConfig:
     return RunConfig(
         run_id=f"distill-{task}-seed{seed}", seed=seed,
         env=EnvConfig(name="trap", task=task, variations=tuple(args.distill_variations), step_limit=args.step_limit,
-                      record_line=not getattr(args, "no_record_line", False)),
+                      record_line=not args.no_record_line),
         memory=MemoryConfig(embedder="minilm"),
         rollout=RolloutConfig(group_size=8, train_temperature=args.temperature),
         algo=AlgoConfig(low_prob_ref=args.low_prob_ref),

@@ -526,6 +526,16 @@ def part_ask(args, policy, wordings) -> tuple[list[str], dict]:
         "|---|---|---|---|---|",
     ]
     out: dict = {}
+
+    def log_odds(turns: list[Turn], question: str) -> float:  # log P(Yes) − log P(No), first answer token
+        decoding, writer.decoding = writer.decoding, "free"  # the answer is free text; `policy` may be `writer`
+        try:
+            with torch.no_grad():
+                scored = writer.score([turns + [Turn(question, a, ())] for a in answers])
+        finally:
+            writer.decoding = decoding
+        return float(scored[0][-1][0] - scored[1][-1][0])
+
     for task in args.tasks:
         pos, neg = [], []
         for v in vs:
@@ -533,13 +543,7 @@ def part_ask(args, policy, wordings) -> tuple[list[str], dict]:
                 for note in (None, TrapEnv().curated_tip(task, v)):
                     for ep in play_with_note(policy, task, v, note, args, seed * 1000 + v, cut=True):
                         for present, turns, question in episode_questions(ep, args.writer_context):
-                            decoding, writer.decoding = writer.decoding, "free"  # the answer is free text
-                            try:
-                                with torch.no_grad():
-                                    scored = writer.score([turns + [Turn(question, a, ())] for a in answers])
-                            finally:
-                                writer.decoding = decoding
-                            (pos if present else neg).append(float(scored[0][-1][0] - scored[1][-1][0]))
+                            (pos if present else neg).append(log_odds(turns, question))
         r = out[task] = {"with": sum(m > 0 for m in pos) / max(len(pos), 1), "without": sum(m <= 0 for m in neg) / max(len(neg), 1),
                          "auc": auc(pos, neg) if pos and neg else float("nan"), "n": [len(pos), len(neg)]}  # fmt: skip
         lines.append(f"| {task} | {len(pos)} / {len(neg)} | {r['with']:.2f} | {r['without']:.2f} | {r['auc']:.2f} |")

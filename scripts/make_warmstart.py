@@ -203,13 +203,13 @@ def reflection_conversation(task: str, variation: int, rng: random.Random, step_
     """An episode as the policy saw it (`reflection_episode`), then the true note about it that answers the
     reflection prompt (`note_wordings.reflection_answer` in the answer form `form`: "sentence" or "rooms").
     Returns (turns as (user text, action, valid actions), answer)."""
-    turns, rooms, can_room = reflection_episode(task, variation, rng, step_limit, recipe, template, pass_by_share)
+    turns, rooms, can_room, _ = reflection_episode(task, variation, rng, step_limit, recipe, template, pass_by_share)
     return turns, reflection_answer(TrapEnv().layout(task, variation), rooms, can_room, rng, form)
 
 
 def reflection_episode(task: str, variation: int, rng: random.Random, step_limit: int = 8, recipe: str = "wordings",
-                       template: float = 0.25, pass_by_share: float = 0.0,
-                       ) -> tuple[list[tuple[str, str, tuple[str, ...]]], list[str], str | None]:  # fmt: skip
+                       template: float = 0.25, pass_by_share: float = 0.0, final: bool = False,
+                       ) -> tuple[list[tuple[str, str, tuple[str, ...]]], list[str], str | None, str]:  # fmt: skip
     """An episode for the reflection prompt, and what its turns' observations showed.
 
     Half the episodes are meant to see the target: a note-following episode (`conversation`) or a walk
@@ -218,8 +218,9 @@ def reflection_episode(task: str, variation: int, rng: random.Random, step_limit
     target's room (a random walk over the other actions), so the note must say where the target was
     *not*: with wins 9 in 10 of the episodes, the model learned to name a room whatever it saw. What the
     turns' observations showed: the rooms the policy stood in at each turn (the room a last "go to" enters
-    is never shown to it) and the room where it saw the watering can (None: not seen, or not water-plant).
-    Returns (turns as (user text, action, valid actions), rooms stood in, in order, can room)."""
+    is never shown to it; with `final` it is, as a transcript shows it) and the room where it saw the
+    watering can (None: not seen, or not water-plant). Returns (turns as (user text, action, valid
+    actions), rooms stood in, in order, can room, transcript): `replay_rooms`."""
     find = rng.random() < 0.5
     # The trap's own failure: walk into the target's room and out again without acting on the target.
     pass_by = find and pass_by_share > 0 and rng.random() < pass_by_share
@@ -247,8 +248,7 @@ def reflection_episode(task: str, variation: int, rng: random.Random, step_limit
             obs = res.observation
             if res.done:
                 break
-    rooms, can_room, _ = replay_rooms(task, variation, actions, step_limit, final=False)
-    return turns, rooms, can_room
+    return turns, *replay_rooms(task, variation, actions, step_limit, final)
 
 
 def replay_rooms(task: str, variation: int, actions: list[str], step_limit: int = 8, final: bool = False,
@@ -258,17 +258,23 @@ def replay_rooms(task: str, variation: int, actions: list[str], step_limit: int 
     (None: not seen, or not water-plant), and the episode's transcript (`prompts.episode_transcript`)."""
     env = TrapEnv(step_limit=step_limit)
     first = env.reset(task, variation)
-    rooms, can_room, steps = [], None, []
-    for i in range(len(actions) + 1):
+    rooms: list[str] = []
+    steps: list[tuple[str, str]] = []
+    can_room = None
+
+    def stand() -> None:  # the room the env is in now, and the can if it is seen there first
+        nonlocal can_room
         st = env._state
         assert st is not None
-        if i == len(actions) and not final:
-            break
         rooms.append(st.room)
         if st.objects.get(CAN) == st.room and can_room is None and task == "trap-water-plant":
             can_room = st.room
-        if i < len(actions):
-            steps.append((actions[i], env.step(actions[i]).observation.text))
+
+    for action in actions:
+        stand()
+        steps.append((action, env.step(action).observation.text))
+    if final:
+        stand()
     return rooms, can_room, prompts.episode_transcript(first.task_description, first.text, steps)
 
 
@@ -312,13 +318,12 @@ def reflection_item(fmt, task: str, variation: int, rng: random.Random, args) ->
     `args.verdict_weight` times)."""
     import torch
 
-    turns, rooms, can_room = reflection_episode(task, variation, rng, recipe=args.recipe, template=args.template,
-                                                pass_by_share=args.pass_by)  # fmt: skip
-    conv = [Turn(u, fmt.encode(a) + (fmt.eot_id,), valid) for u, a, valid in turns]
-    lead = ""  # with --context transcript the episode is one text block before the first question
-    if getattr(args, "context", "conversation") == "transcript":
-        rooms, can_room, text = replay_rooms(task, variation, [a for _, a, _ in turns], final=True)
-        conv, lead = [], text + "\n\n"
+    transcript = args.context == "transcript"
+    turns, rooms, can_room, text = reflection_episode(task, variation, rng, recipe=args.recipe, template=args.template,
+                                                      pass_by_share=args.pass_by, final=transcript)  # fmt: skip
+    # With --context transcript the episode is one text block before the first question; else its turns.
+    conv = [] if transcript else [Turn(u, fmt.encode(a) + (fmt.eot_id,), valid) for u, a, valid in turns]
+    lead = text + "\n\n" if transcript else ""
     learned: dict[int, torch.Tensor] = {}
     if args.room_questions and rng.random() < args.room_questions:  # draws only when on: the default data stays
         for question, answer in room_questions(task, variation, rooms, rng):

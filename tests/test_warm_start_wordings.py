@@ -317,7 +317,7 @@ def test_verdict_tokens_are_the_first_after_each_room_and_carry_the_verdict_weig
     assert mw.verdict_positions(fmt, "Kitchen: no red light bulb. Greenhouse: the red light bulb.") == [1, 6]
     assert mw.verdict_positions(fmt, "The red light bulb was in the greenhouse.") == []
     args = argparse.Namespace(recipe="wordings", template=0.1, pass_by=0.0, room_questions=0.0, verdict_weight=3.0,
-                              answer_form="rooms")
+                              answer_form="rooms", context="conversation")
     conv, learned = mw.reflection_item(fmt, "trap-light-bulb", 24, random.Random(1), args)
     (last, weights), = learned.items()
     assert last == len(conv) - 1 and conv[last].user_text == mw.TIP_INSTRUCTION
