@@ -38,7 +38,16 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
 
-from empo2_studio.config import LOW_PROB_REFS, AlgoConfig, EnvConfig, MemoryConfig, RolloutConfig, RunConfig, TrainConfig  # noqa: E402
+from empo2_studio.config import (  # noqa: E402
+    LOW_PROB_REFS,
+    NOTE_CONTEXTS,
+    AlgoConfig,
+    EnvConfig,
+    MemoryConfig,
+    RolloutConfig,
+    RunConfig,
+    TrainConfig,
+)
 from empo2_studio.envs.trap import TASKS, TrapEnv  # noqa: E402
 from empo2_studio.lesson import LessonSettings  # noqa: E402
 from empo2_studio.memory import TipStore, make_embedder  # noqa: E402
@@ -151,7 +160,7 @@ def lesson_config(task: str, seed: int, args) -> RunConfig:
         run_id=f"distill-{task}-seed{seed}", seed=seed,
         env=EnvConfig(name="trap", task=task, variations=tuple(args.distill_variations), step_limit=args.step_limit,
                       record_line=not args.no_record_line),
-        memory=MemoryConfig(embedder="minilm"),
+        memory=MemoryConfig(embedder="minilm", note_writer=args.note_writer, note_context=args.note_context),
         rollout=RolloutConfig(group_size=8, train_temperature=args.temperature),
         algo=AlgoConfig(low_prob_ref=args.low_prob_ref),
         train=TrainConfig(learning_rate=args.distill_lr, checkpoint_every=1000, update_epochs=args.distill_epochs),
@@ -186,7 +195,7 @@ def part_distill(args, policy, embedder, root: Path, warm: list[torch.Tensor]) -
         policy.clear_cache()
         cfg = lesson_config(task, seed, args)
         session = Session.create(root, cfg)
-        trainer = Trainer(cfg, session, policy=policy, embedder=embedder)
+        trainer = Trainer(cfg, session, policy=policy, embedder=embedder, writer=args.writer)
         for v in train_vs:
             trainer.store.add_tip(task, v, lesson_tip(task, v, args.tip_wording), score=100.0)
 
@@ -246,6 +255,8 @@ def part_adapt(args, policy, embedder, root: Path, warm: list[torch.Tensor]) -> 
     trial after trial."""
     rows: dict = {}
     tips = "the model's note alone, no record line" if args.no_record_line else "the model's note + the record line"
+    if args.note_writer:
+        tips += f"; notes by {args.note_writer}, {args.note_context} context"
     lines = [
         f"### OOD adaptation: frozen weights, self-written tips ({tips}), {args.adapt_trials} memory trials after a "
         f"memory-free trial 0, group 8, step limit {args.step_limit}, seeds {args.seeds}",
@@ -261,7 +272,7 @@ def part_adapt(args, policy, embedder, root: Path, warm: list[torch.Tensor]) -> 
                     p.copy_(w)
             policy.clear_cache()
             cfg = dataclasses.replace(lesson_config(args.distill_task, seed, args), run_id=f"adapt-{task}-seed{seed}")
-            trainer = Trainer(cfg, Session.create(root, cfg), policy=policy, embedder=embedder)
+            trainer = Trainer(cfg, Session.create(root, cfg), policy=policy, embedder=embedder, writer=args.writer)
             for row in trainer.adapt(task, trials=args.adapt_trials):
                 per_trial[int(row["adapt/trial"])].append(row["adapt/success_rate"])
             print(f"  {task} seed {seed}: " + " ".join(f"{v[-1]:.2f}" for v in per_trial), flush=True)
@@ -289,7 +300,7 @@ def part_speed(args, policy, embedder, root: Path, warm: list[torch.Tensor]) -> 
     policy.clear_cache()
     cfg = dataclasses.replace(lesson_config(task, 0, args), run_id="speed")
     session = Session.create(root, cfg)
-    trainer = Trainer(cfg, session, policy=policy, embedder=embedder)
+    trainer = Trainer(cfg, session, policy=policy, embedder=embedder, writer=args.writer)
     env = TrapEnv()
     for v in args.distill_variations:
         trainer.store.add_tip(task, v, env.curated_tip(task, v), score=100.0)
@@ -352,9 +363,17 @@ def main(argv: list[str] | None = None) -> int:
                          "(a teacher's own words) instead of the template")
     ap.add_argument("--no-record-line", action="store_true",
                     help="tips hold only what the model wrote (env.record_line off): adaptation from its own notes (issue 25 bar 3)")
+    ap.add_argument("--note-writer", default=None, metavar="DIR",
+                    help="part adapt: this adapter writes the tips (memory.note_writer), the --warm-start one acts")
+    ap.add_argument("--note-context", default=MemoryConfig().note_context, choices=NOTE_CONTEXTS,
+                    help="part adapt: a tip is written after the whole episode or per observation (memory.note_context)")
     ap.add_argument("--warm-start", default=RunConfig().policy.warm_start, help="auto (the default adapter, plain words) | none | DIR")
     ap.add_argument("--root", type=Path, default=None, help="sessions root (default: $EMPO2_SESSIONS_DIR or ./sessions)")
     args = ap.parse_args(argv)
+    try:  # a bad --note-writer is refused before the model loads or a folder is written
+        lesson_config(args.distill_task, 0, args).validate()
+    except ValueError as e:
+        ap.error(str(e))
     if args.tip_wording is not None:  # refused before the model loads or a folder is written
         try:
             lesson_tip(args.distill_task, args.distill_variations[0], args.tip_wording)
@@ -368,6 +387,7 @@ def main(argv: list[str] | None = None) -> int:
     policy = load_policy(dataclasses.replace(RunConfig().policy, warm_start=args.warm_start))
     print(f"model loaded in {time.perf_counter() - t0:.0f}s (version {policy.version})", flush=True)
     warm = [p.detach().clone() for p in policy.trainable_parameters()]
+    args.writer = load_policy(dataclasses.replace(RunConfig().policy, warm_start=args.note_writer)) if args.note_writer else None
     report = [f"# bench_lesson ({time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} CPU cores, torch {torch.__version__}, "
               f"policy {policy.version})", ""]  # fmt: skip
     results: dict = {}

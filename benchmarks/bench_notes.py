@@ -25,7 +25,8 @@ notes: does the agent follow the note (goes to the named room) or ignore it?
 Part "write": does the policy's own note state what its episode found? Episodes played with no note
 (mostly failed) and with the template pinned (mostly won), then the note the policy writes after each,
 asked as training asks (`memory.reflection`: `TIP_INSTRUCTION` after the episode's conversation,
-`clean_tip`), the model's sentence alone (no record line), checked against the episode's observations
+`clean_tip`; or with `--writer-context observation` one note per observation, `write_observation_notes`),
+the model's sentence alone (no record line), checked against the episode's observations
 by `envs.note_check` (correct / false / neither), per task for won and failed episodes.
 
 Part "room": can the model tell whether one room holds the target? No episode and no note: the task
@@ -34,6 +35,10 @@ Yes or No."; log P("Yes") − log P("No") of the answer's first token (free deco
 of right answers with the target in the room and without it, and the AUC of the log-odds between the
 two (0.5: no signal). The writer of bar 2 has to make this check over a whole episode
 (docs/notebook/2026-12-04-water-plant-and-gpu.md).
+
+Part "observe": the observation note (`memory.reflection.OBSERVATION_NOTE_INSTRUCTION`) the writer
+writes about one room's observation (every room of each test layout, on walking in), checked by
+`envs.note_check` against that room alone: correct with the target in the room, correct without it, false.
 
 Part "ask": the same check inside a whole episode, as a note writer needs it. Episodes played as in part
 write; after each, for every room the writer can see it stood in, "Was the {target} in the {room}?
@@ -68,7 +73,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch  # noqa: E402
 
 from empo2_studio.config import RunConfig  # noqa: E402
-from empo2_studio.envs.note_check import NoteVerdict, check_note, episode_facts  # noqa: E402
+from empo2_studio.envs.note_check import NoteFacts, NoteVerdict, check_note, episode_facts  # noqa: E402
 from empo2_studio.envs.trap import CAN, START_ROOM, TASKS, TrapEnv  # noqa: E402
 from empo2_studio.envs.trap_world import SIDE_ROOMS, route  # noqa: E402
 from empo2_studio.memory.reflection import (  # noqa: E402
@@ -77,6 +82,8 @@ from empo2_studio.memory.reflection import (  # noqa: E402
     TIP_INSTRUCTION,
     clean_tip,
     with_record,
+    observation_prompt,
+    write_observation_notes,
 )
 from empo2_studio.policy import Turn, load_policy, prompts  # noqa: E402
 from empo2_studio.rollout import conversation, play_group, seed_policy  # noqa: E402
@@ -336,10 +343,13 @@ def own_notes(policy, episodes: Sequence, cached: bool = True, context: str = "c
     which only the policy that played them has) and cleaned by `clean_tip`, but without the
     record line `with_record` adds: the model's own sentence, or the `FALLBACK_PREFIX` fallback.
     `context` "transcript": the instruction follows the episode's transcript alone instead
-    (`rollout.conversation.transcript`, one user message; for writers built with `--context transcript`).
+    (`rollout.conversation.transcript`, one user message; for writers built with `--context transcript`);
+    "observation": one note per observation, joined (`memory.reflection.write_observation_notes`).
     Raises ValueError when the policy returns another number of replies."""
     if not episodes:
         return []
+    if context == "observation":
+        return write_observation_notes(policy, episodes)
     if context == "transcript":
         replies = [r for e in episodes for r in policy.write_tips([()], f"{transcript(e)}\n\n{TIP_INSTRUCTION}")]
         if len(replies) != len(episodes):
@@ -461,6 +471,56 @@ def room_questions(task: str, variations: Sequence[int]) -> list[tuple[bool, str
     return out
 
 
+def room_observations(task: str, variations: Sequence[int]) -> list[tuple[str, str, str, NoteFacts]]:
+    """(task description, room, observation, facts) for every room of each layout, the hallway included:
+    the observation on walking in from the hallway (the hallway's: the episode's first), and the facts a
+    note about that one observation is checked against (`check_note`: the target and the can seen in the
+    room when it holds them, the room searched)."""
+    env, out = TrapEnv(), []
+    for v in variations:
+        lay = env.layout(task, v)
+        for room in (START_ROOM, *SIDE_ROOMS):
+            first = env.reset(task, v)
+            obs = first
+            for r in route(START_ROOM, room):
+                obs = env.step(f"go to {r}").observation
+            tool = CAN if task == "trap-water-plant" else None
+            seen = {x: room for x in (lay.target, tool) if x and lay.objects.get(x) == room}
+            facts = NoteFacts(targets=(lay.target,), tool=tool, seen_in=seen, searched=(room,),
+                              objects=tuple(lay.objects), rooms=(START_ROOM, *SIDE_ROOMS))  # fmt: skip
+            out.append((first.task_description, room, obs.text, facts))
+    return out
+
+
+def part_observe(args, policy, wordings) -> tuple[list[str], dict]:
+    """One room's observation, the writer's observation note about it, checked (module docstring)."""
+    writer = args.writer
+    lines = [
+        f"### The observation note about one room: test variations {args.variations}, every room of each layout",
+        "",
+        "| task | rooms with / without the target | correct with the target | correct without it | false |",
+        "|---|---|---|---|---|",
+    ]
+    out: dict = {}
+    for task in args.tasks:
+        cases = room_observations(task, args.variations)
+        replies = writer.write_tips([()] * len(cases), [observation_prompt(d, o) for d, _, o, _ in cases])
+        rs = []
+        for (_, room, _, facts), reply in zip(cases, replies, strict=True):
+            vd = check_note(reply, facts)
+            rs.append({"room": room, "present": facts.targets[0] in facts.seen_in, "note": reply,
+                       "correct": vd.correct, "false": vd.false, "reason": vd.reason})  # fmt: skip
+        pos, neg = [r for r in rs if r["present"]], [r for r in rs if not r["present"]]
+        out[task] = {"with": sum(r["correct"] for r in pos) / len(pos), "without": sum(r["correct"] for r in neg) / len(neg),
+                     "false": sum(r["false"] for r in rs) / len(rs), "n": [len(pos), len(neg)], "notes": rs}  # fmt: skip
+        r = out[task]
+        lines.append(f"| {task} | {len(pos)} / {len(neg)} | {r['with']:.2f} | {r['without']:.2f} | {r['false']:.2f} |")
+        print(lines[-1], flush=True)
+        for bad in [x for x in rs if not x["correct"]][:3]:
+            print(f"    {bad['room']}: {bad['note']!r} → {bad['reason']}", flush=True)
+    return lines, out
+
+
 def auc(pos: Sequence[float], neg: Sequence[float]) -> float:
     """P(a random positive scores above a random negative), ties counted half; 0.5 = no signal."""
     if not pos or not neg:
@@ -552,7 +612,7 @@ def part_ask(args, policy, wordings) -> tuple[list[str], dict]:
 
 
 PARTS = {"probs": part_probs, "play": part_play, "bad": part_bad, "order": part_order, "write": part_write,
-         "room": part_room, "ask": part_ask}
+         "room": part_room, "ask": part_ask, "observe": part_observe}
 
 
 def new_run_dir(parent: Path) -> Path:
@@ -584,9 +644,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--step-limit", type=int, default=8)
     ap.add_argument("--temperature", type=float, default=1.0)
     ap.add_argument("--warm-start", default=RunConfig().policy.warm_start, help="auto (the default adapter, plain words) | none | DIR")
-    ap.add_argument("--writer-context", choices=["conversation", "transcript"], default="conversation",
-                    help="what the note is written after: the episode as the policy saw it, or its transcript alone "
-                         "(for writers built with make_warmstart.py --context transcript)")
+    ap.add_argument("--writer-context", choices=["conversation", "transcript", "observation"], default="conversation",
+                    help="what the note is written after: the episode as the policy saw it, its transcript alone "
+                         "(for writers built with make_warmstart.py --context transcript), or each observation "
+                         "alone, the notes joined (--context observation)")
     ap.add_argument("--note-writer", default=None, metavar="DIR",
                     help="part write: another adapter writes the notes about the episodes the --warm-start one played")
     ap.add_argument("--decoding", choices=["constrained", "action"], default="constrained",
@@ -598,6 +659,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.note_writer and not (Path(args.note_writer) / "adapter_config.json").is_file():
         ap.error(f"--note-writer {args.note_writer!r} is not a PEFT adapter directory (no adapter_config.json); "
                  "build one with scripts/make_warmstart.py --reflect-only --out DIR")  # fmt: skip
+    if "ask" in args.parts and args.writer_context == "observation":
+        ap.error("--parts ask asks about a whole episode; --writer-context observation has none "
+                 "(use --parts observe for one observation at a time)")  # fmt: skip
     torch.set_num_threads(max(1, min(args.threads, os.cpu_count() or 1)))
     wordings = load_wordings(args.wordings)
     root = new_run_dir(args.root or default_sessions_root())

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Literal, get_args
 
-from empo2_studio.types import DECODINGS, ENV_NAMES, UPDATE_MODES, Decoding, EnvName, UpdateMode
+from empo2_studio.types import DECODINGS, ENV_NAMES, NOTE_CONTEXTS, UPDATE_MODES, Decoding, EnvName, NoteContext, UpdateMode
 
 Quantization = Literal["auto", "4bit", "8bit", "none"]
 Device = Literal["auto", "cpu", "cuda"]
@@ -138,6 +139,10 @@ class MemoryConfig:
     pin_curated: bool = True
     """Show curated tips (added by hand, edited, or imported without a source episode) at every step
     of their task and variation, before the similarity rule's picks (departure: see docs/departures.md)."""
+    note_writer: str | None = None
+    """A PEFT adapter directory that writes the tips, frozen (make_warmstart.py --reflect-only); None: the policy (§2)."""
+    note_context: NoteContext = "episode"
+    """A tip follows the whole episode (§2) or joins one note per observation (`reflection.write_observation_notes`)."""
 
 
 @dataclass(frozen=True)
@@ -290,6 +295,9 @@ class RunConfig:
         _between("memory.similarity_threshold", m.similarity_threshold, -1.0, 1.0)
         _positive("memory.top_k", m.top_k)
         _positive("memory.max_tips_per_partition", m.max_tips_per_partition)
+        _choice("memory.note_context", m.note_context, NOTE_CONTEXTS)
+        if m.note_writer is not None and not os.path.isfile(os.path.join(m.note_writer, "adapter_config.json")):
+            raise ValueError(f"memory.note_writer {m.note_writer!r} is not a PEFT adapter directory (no adapter_config.json)")
         r = self.rollout
         if r.group_size < 2:
             raise ValueError(f"rollout.group_size must be ≥ 2 (GRPO needs a group), got {r.group_size!r}")
@@ -324,12 +332,8 @@ class RunConfig:
             raise ValueError(f"train.iterations must be ≤ {MAX_ITERATIONS}, got {t.iterations!r}")
         _between("train.learning_rate", t.learning_rate, 0.0, 1.0)
         _between("train.grad_clip", t.grad_clip, 0.0, math.inf)
-        _positive("train.update_epochs", t.update_epochs)
-        _positive("train.micro_batch_episodes", t.micro_batch_episodes)
-        _positive("train.max_train_tokens", t.max_train_tokens)
-        _positive("train.checkpoint_every", t.checkpoint_every)
-        _positive("train.eval_variations", t.eval_variations)
-        _positive("train.eval_repeats", t.eval_repeats)
+        for name in ("update_epochs", "micro_batch_episodes", "max_train_tokens", "checkpoint_every", "eval_variations", "eval_repeats"):
+            _positive(f"train.{name}", getattr(t, name))
         sc = self.scale
         _positive("scale.processes", sc.processes)
         _choice("scale.strategy", sc.strategy, SCALE_STRATEGIES)

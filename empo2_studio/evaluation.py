@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -100,6 +100,7 @@ def adapt(
     trials: int = 10,
     on_trial: Callable[[dict[str, float]], None] | None = None,
     stop: threading.Event | None = None,
+    writer: Any | None = None,
 ) -> list[dict[str, float]]:
     """OOD adaptation: frozen weights, memory only (paper §6.1, Fig. 8).
 
@@ -113,6 +114,7 @@ def adapt(
         trials: memory trials after the memory-free trial 0 (paper: 10).
         on_trial: called with each trial's row as soon as it is done.
         stop: when set, the run ends after the current trial (the rows so far are returned).
+        writer: who writes the tips (`memory.note_writer`, loaded by the trainer); None: `policy`.
 
     Returns:
         Up to `trials + 1` rows {"adapt/trial", "adapt/score_mean", "adapt/success_rate", "adapt/tips_total"}.
@@ -136,7 +138,7 @@ def adapt(
             rollout_mode=mode, update_mode=None, temperature=cfg.rollout.train_temperature, seed=cfg.seed,
             keep_caches=True,
         )  # fmt: skip
-        episodes = write_group_tips(policy, store, episodes)
+        episodes = write_group_tips(policy, store, episodes, writer=writer, note_context=cfg.memory.note_context)
         row = {
             "adapt/trial": float(trial),
             "adapt/score_mean": mean_score(episodes),

@@ -14,9 +14,8 @@ and the session the run is recorded in. One `step()` is one iteration:
 6. metrics and episodes go to the session; the adapter (and trainer state) every `checkpoint_every`.
 
 Learning rate: the paper's 1e-6 is for full fine-tuning of a 7B model; LoRA's low-rank delta needs a much
-larger step: `TrainConfig.learning_rate` (1e-4 by default; docs/benchmarks/learning.md).
-
-Evaluation and OOD adaptation live in `evaluation.py`; the update math in `update.py`.
+larger step: `TrainConfig.learning_rate` (1e-4 by default; docs/benchmarks/learning.md). Evaluation and OOD
+adaptation live in `evaluation.py`; the update math in `update.py`.
 """
 
 from __future__ import annotations
@@ -27,6 +26,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -60,10 +60,11 @@ class Trainer:
         policy: a ready policy (e.g. the tiny test policy); None loads `cfg.policy`.
         embedder: a ready embedder; None builds `cfg.memory.embedder`.
         envs: an env pool shared with its owner (the studio), who closes it; None = the trainer's own.
+        writer: a ready note writer; None loads `cfg.memory.note_writer` (when set; else `policy` writes).
     """
 
     def __init__(self, cfg: RunConfig, session: Any, *, policy: Any | None = None, embedder: Any | None = None,
-                 envs: EnvPool | None = None) -> None:  # fmt: skip
+                 envs: EnvPool | None = None, writer: Any | None = None) -> None:  # fmt: skip
         from empo2_studio.memory import TipStore, make_embedder
         from empo2_studio.policy import load_policy
 
@@ -85,6 +86,8 @@ class Trainer:
         self.on_phase: Callable[[str], None] | None = None
         """Called with a short line as an iteration moves through its phases (the studio's status)."""
         self.write_tips = True  # False: no reflection, no tips (an arm that never reads them: the race's GRPO)
+        self.writer = writer or (load_policy(replace(cfg.policy, warm_start=cfg.memory.note_writer, adapter=None))
+                                 if cfg.memory.note_writer else self.policy)  # who writes the tips (§2)  # fmt: skip
 
     # ---- resources ---------------------------------------------------------------------------
     def envs(self, n: int) -> list[Any]:
@@ -107,10 +110,7 @@ class Trainer:
         """The novelty memory of (task, variation); None when the intrinsic reward is off."""
         if self.cfg.algo.intrinsic_coef == 0.0:
             return None
-        key = (task, variation)
-        if key not in self._novelty:
-            self._novelty[key] = NoveltyMemory(self.cfg.algo.novelty_threshold)
-        return self._novelty[key]
+        return self._novelty.setdefault((task, variation), NoveltyMemory(self.cfg.algo.novelty_threshold))
 
     def _seed_sampling(self, salt: int) -> None:
         """Seed the sampler per iteration from (run seed, iteration) so a resumed run replays it."""
@@ -213,7 +213,8 @@ class Trainer:
             on_step=on_step if self.on_phase is not None else None,
         )  # fmt: skip
         self._phase(f"writing the tips of {len(episodes)} episodes" if self.write_tips else "this run writes no tips")
-        return write_group_tips(self.policy, self.store, episodes, timings=timings) if self.write_tips else episodes
+        return write_group_tips(self.policy, self.store, episodes, timings=timings, writer=self.writer,
+                                note_context=self.cfg.memory.note_context) if self.write_tips else episodes  # fmt: skip
 
     def _advantages(self, groups: Sequence[Sequence[Episode]]) -> list[float] | list[list[float]]:
         """Group-relative advantages of R = extrinsic return + intrinsic_coef × Σ intrinsic rewards, one
@@ -342,7 +343,7 @@ class Trainer:
         """OOD adaptation of this trainer's policy and tip store, weights frozen (see `evaluation.adapt`)."""
         return evaluation.adapt(
             self.policy, self.pool, self.store, self.cfg, self.session, task, iteration=self.iteration,
-            trials=trials, on_trial=on_trial, stop=stop,
+            trials=trials, on_trial=on_trial, stop=stop, writer=self.writer,
         )  # fmt: skip
 
     # ---- checkpoints -------------------------------------------------------------------------

@@ -37,6 +37,10 @@ whose notes sit right before the answer. Each environment names its own (`envs.P
 TipOrigin = Literal["generated", "manual", "imported"]
 """Where a tip came from: written by the policy, added or edited by hand, or imported from JSONL."""
 
+NoteContext = Literal["episode", "observation"]
+"""What a tip is written after: the whole episode (paper §2), or each observation alone, the notes joined
+(`memory.reflection.write_observation_notes`)."""
+
 # Each choice set is written once, as the Literal above; these tuples are read from it.
 ENV_NAMES: tuple[EnvName, ...] = get_args(EnvName)
 SPLITS: tuple[Split, ...] = get_args(Split)
@@ -44,6 +48,7 @@ UPDATE_MODES: tuple[UpdateMode, ...] = get_args(UpdateMode)
 """In `rollout/update_mode` code order: 0 on-policy, 1 on-policy-with-tips, 2 off-policy."""
 DECODINGS: tuple[Decoding, ...] = get_args(Decoding)
 TIP_ORIGINS: tuple[TipOrigin, ...] = get_args(TipOrigin)
+NOTE_CONTEXTS: tuple[NoteContext, ...] = get_args(NoteContext)
 
 
 def rollout_mode_of(update_mode: UpdateMode) -> RolloutMode:

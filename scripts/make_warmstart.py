@@ -63,13 +63,14 @@ sys.path.insert(0, str(ROOT))
 
 from empo2_studio.config import EMBEDDED_MODEL, PolicyConfig  # noqa: E402
 from empo2_studio.envs.trap import CAN, DOORS, TASKS, TrapEnv, _route  # noqa: E402
+from empo2_studio.envs.trap_world import SIDE_ROOMS, START_ROOM  # noqa: E402
 from empo2_studio.envs.room_notes import record_line  # noqa: E402
-from empo2_studio.memory.reflection import FALLBACK_PREFIX, TIP_INSTRUCTION  # noqa: E402
+from empo2_studio.memory.reflection import FALLBACK_PREFIX, TIP_INSTRUCTION, observation_prompt  # noqa: E402
 from empo2_studio.policy import Turn, prompts  # noqa: E402
 from empo2_studio.types import RetrievedTip  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "scripts"))
-from note_wordings import reflection_answer, training_note  # noqa: E402
+from note_wordings import observation_answer, reflection_answer, training_note  # noqa: E402
 
 DEFAULT_OUT = ROOT / "assets" / "warmstart" / EMBEDDED_MODEL
 
@@ -318,6 +319,8 @@ def reflection_item(fmt, task: str, variation: int, rng: random.Random, args) ->
     `args.verdict_weight` times)."""
     import torch
 
+    if args.context == "observation":
+        return observation_item(fmt, task, variation, rng, args)
     transcript = args.context == "transcript"
     turns, rooms, can_room, text = reflection_episode(task, variation, rng, recipe=args.recipe, template=args.template,
                                                       pass_by_share=args.pass_by, final=transcript)  # fmt: skip
@@ -340,6 +343,52 @@ def reflection_item(fmt, task: str, variation: int, rng: random.Random, args) ->
     learned[len(conv)] = weights
     conv.append(Turn(lead + TIP_INSTRUCTION, ids, ()))
     return conv, learned
+
+
+def observation_item(fmt, task: str, variation: int, rng: random.Random, args) -> tuple[list[Turn], dict[int, "torch.Tensor"]]:
+    """One observation note to learn (`memory.reflection.write_observation_notes`): the task and one
+    observation of the layout (`observation_prompt`), answered by its true note (`observation_answer`),
+    the verdict's token (" in" or " not" after "The X is") counted `args.verdict_weight` times.
+
+    The observation: a share 0.15 is an action's result that shows no room ("You pick up the watering
+    can."; answered "Nothing new."); of the rest, 0.35 enter the target's room and 0.65 another room
+    (the hallway's look-alikes included), on arrival or after "look around" half and half. On
+    trap-water-plant the can is carried first in 0.3 of them, so its room is seen without it."""
+    import torch
+
+    env = TrapEnv()
+    first = env.reset(task, variation)
+    lay = env.layout(task, variation)
+    obs_text = first.text
+
+    def walk(goal: str) -> None:
+        nonlocal obs_text
+        assert env._state is not None
+        for room in _route(env._state.room, goal) if goal != env._state.room else []:
+            obs_text = env.step(f"go to {room}").observation.text
+
+    if task == "trap-water-plant" and rng.random() < 0.3:
+        walk(lay.objects[CAN])
+        obs_text = env.step(f"pick up {CAN}").observation.text  # shows no room: looked around below if it stays
+    others = [r for r in (START_ROOM, *SIDE_ROOMS) if r != lay.target_room]
+    walk(lay.target_room if rng.random() < 0.35 else rng.choice(others))
+    st = env._state
+    assert st is not None
+    if rng.random() < 0.15:
+        acts = [a for a in env._valid_actions() if not a.startswith(("go to", "look around", "focus on"))]
+        obs_text = env.step(rng.choice(acts)).observation.text if acts else obs_text
+        room = None if acts else st.room
+    else:
+        room = st.room
+        if rng.random() < 0.5 or f"called the {room}." not in obs_text:  # a pick-up left no room in view
+            obs_text = env.step("look around").observation.text
+    here = {o for o, r in st.objects.items() if r == st.room}
+    answer = observation_answer(lay, room, here)
+    ids = fmt.encode(answer) + (fmt.eot_id,)
+    weights = torch.ones(len(ids))
+    if room is not None:
+        weights[len(fmt.encode(f"The {lay.target} is"))] = float(args.verdict_weight)
+    return [Turn(observation_prompt(first.task_description, obs_text), ids, ())], {0: weights}
 
 
 def weighted_nll(picked: list, focus: list[bool], focus_weight: float = 1.0) -> "torch.Tensor":
@@ -396,9 +445,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--room-questions", type=float, default=0.0,
                     help="share of the reflection episodes answered by yes/no questions about the rooms they stood in "
                          "('Was the X in the Y?') instead of a note (room_questions)")
-    ap.add_argument("--context", choices=["conversation", "transcript"], default="conversation",
-                    help="what the reflection answer follows: the episode's conversation as the policy saw it, or "
-                         "its transcript alone (prompts.episode_transcript: task, observations, actions; no notes)")
+    ap.add_argument("--context", choices=["conversation", "transcript", "observation"], default="conversation",
+                    help="what the reflection answer follows: the episode's conversation as the policy saw it, "
+                         "its transcript alone (prompts.episode_transcript: task, observations, actions; no notes), "
+                         "or one observation, answered by its observation note (observation_item)")
     ap.add_argument("--verdict-weight", type=float, default=1.0,
                     help="weight of each room's verdict token in rooms-form notes and of the room questions' answers")
     ap.add_argument("--reflect", type=float, default=0.0,

@@ -240,3 +240,21 @@ def rooms_answer(layout: Layout, rooms_seen: list[str], can_room: str | None) ->
         if room == layout.target_room:
             break
     return " ".join(clauses)
+
+
+def observation_answer(layout: Layout, room: str | None, here: set[str]) -> str:
+    """The true observation note (`memory.reflection.OBSERVATION_NOTE_INSTRUCTION`) about one observation
+    of `layout`: standing in `room` (None: the observation shows no room) where the objects `here` are
+    listed. "The red flower is not in the kitchen." / "The red flower is in the bedroom." and, when the
+    task names the watering can and it is listed, " The watering can is in the kitchen."; "Nothing new."
+    for an observation that shows no room.
+
+    One wording on purpose: the writer's one decision is the verdict ("is" or "is not"), and the note is
+    for the policy to read (bar 1 of issue 25 measures it reading facts-only sentences)."""
+    if room is None:
+        return "Nothing new."
+    verdict = "is in" if layout.target in here else "is not in"
+    note = f"The {layout.target} {verdict} the {room}."
+    if layout.task == "trap-water-plant" and CAN in here:
+        note += f" The {CAN} is in the {room}."
+    return note

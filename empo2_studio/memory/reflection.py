@@ -41,6 +41,14 @@ TIP_INSTRUCTION = (
 )
 """The reflection prompt (own wording of the paper's tip-generation prompt, §2)."""
 
+OBSERVATION_NOTE_INSTRUCTION = (
+    "Write one short sentence for your future self about what this observation shows of the things your task "
+    "names: the room they are in, or that they are not in this room. If it shows no room, write: Nothing new."
+)
+"""The observation-note prompt (not in the paper; `write_observation_notes`)."""
+NOTHING_NEW = "Nothing new."
+"""The observation-note reply that adds nothing to the tip."""
+
 _LABEL = re.compile(r"^(tip|summary|answer|reflection)\s*[:\-]\s*", re.IGNORECASE)
 _QUOTES = "\"'`“”‘’"
 
@@ -49,24 +57,35 @@ class TipWriter(Protocol):
     """What reflection needs of a policy (`policy.Policy.write_tips` has this signature)."""
 
     def write_tips(
-        self, conversations: Sequence[Sequence[Any]], instruction: str, *, keys: Sequence[str] | None = None
-    ) -> list[str]:
-        """One greedy reply to `instruction` after each conversation (policy `Turn`s), in order."""
+        self, conversations: Sequence[Sequence[Any]], instruction: str | Sequence[str], *,
+        keys: Sequence[str] | None = None,
+    ) -> list[str]:  # fmt: skip
+        """One greedy reply to `instruction` (or to each conversation's own) after each conversation
+        (policy `Turn`s), in order."""
         ...
 
 
-def write_tips(writer: TipWriter, episodes: Sequence[Episode], conversations: Sequence[Sequence[Any]]) -> list[str]:
+def write_tips(
+    writer: TipWriter, episodes: Sequence[Episode], conversations: Sequence[Sequence[Any]], *, context: str = "episode"
+) -> list[str]:
     """Ask the policy for one tip per episode (one batched `writer.write_tips` call).
 
     Args:
         writer: the policy (anything with `write_tips`).
-        episodes: finished episodes; each one's `record` (the environment's summary) leads its tip.
+        episodes: finished episodes; each one's `record` (the environment's summary) ends its tip.
         conversations: each episode's turns as the policy saw them (`rollout.conversation`).
+        context: "episode" (paper §2): `TIP_INSTRUCTION` after each conversation; "observation": the
+            notes about each observation, joined (`write_observation_notes`; `conversations` unused).
 
     Returns one stored tip per episode, in order: the cleaned reply (one line, ≤ 100 words, never
     empty, see `clean_tip` for the fallback) before the episode's record line (`with_record`).
-    Raises ValueError if the conversations or the policy's replies do not match the episodes in number.
+    Raises ValueError if the conversations or the policy's replies do not match the episodes in number,
+    or on another `context`.
     """
+    if context == "observation":
+        return [with_record(t, e.record) for t, e in zip(write_observation_notes(writer, episodes), episodes, strict=True)]
+    if context != "episode":
+        raise ValueError(f"reflection context {context!r}: expected 'episode' or 'observation'")
     if len(conversations) != len(episodes):
         raise ValueError(f"write_tips got {len(conversations)} conversations for {len(episodes)} episodes")
     if not episodes:
@@ -76,6 +95,70 @@ def write_tips(writer: TipWriter, episodes: Sequence[Episode], conversations: Se
     if len(replies) != len(episodes):
         raise ValueError(f"policy.write_tips returned {len(replies)} tips for {len(episodes)} episodes")
     return [with_record(clean_tip(r, e), e.record) for r, e in zip(replies, episodes)]
+
+
+def observation_prompt(task_description: str, observation: str) -> str:
+    """The user message of one observation note: the task, one observation, `OBSERVATION_NOTE_INSTRUCTION`."""
+    return f"Task: {task_description.strip()}\n\nObservation: {observation.strip()}\n\n{OBSERVATION_NOTE_INSTRUCTION}"
+
+
+def episode_observations(episode: Episode) -> list[str]:
+    """The distinct observations of a played episode, in order: its first one, then each step's (the
+    last included); a room looked at twice is written about once."""
+    texts = (o.strip() for o in (episode.first_observation, *(s.observation for s in episode.steps)))
+    return list(dict.fromkeys(t for t in texts if t))
+
+
+def write_observation_notes(writer: TipWriter, episodes: Sequence[Episode]) -> list[str]:
+    """One tip per episode made of the notes the policy writes about each of its observations.
+
+    Departure (not in the paper, whose tip is one reflection on the whole trajectory): the writer
+    answers `OBSERVATION_NOTE_INSTRUCTION` after the task and one observation at a time
+    (`observation_prompt`, one batched greedy `writer.write_tips` call over every episode's
+    `episode_observations`), and the tip is its replies joined (`join_observation_notes`). Every word
+    is the model's; the code only splits the episode and joins the lines. Why: the 135M writer
+    answering about a whole episode named the wrong room in about half its notes, while whether one
+    room's object list holds the target is learnable (docs/notebook/2026-12-04-observation-notes.md).
+
+    Returns one tip per episode, in order, without a record line (`with_record` adds it).
+    Raises ValueError if the writer returns another number of replies than there are observations.
+    """
+    observations = [episode_observations(e) for e in episodes]
+    prompts = [observation_prompt(e.task_description, o) for e, obs in zip(episodes, observations) for o in obs]
+    if not prompts:
+        return []
+    replies = writer.write_tips([()] * len(prompts), prompts)
+    if len(replies) != len(prompts):
+        raise ValueError(f"policy.write_tips returned {len(replies)} notes for {len(prompts)} observations")
+    out, at = [], 0
+    for e, obs in zip(episodes, observations):
+        out.append(join_observation_notes(replies[at : at + len(obs)], e))
+        at += len(obs)
+    return out
+
+
+def join_observation_notes(replies: Sequence[str], episode: Episode) -> str:
+    """The tip made of one episode's observation notes: the sentences of each reply's first line, unquoted,
+    in order, each distinct sentence once (a room seen twice, once with the can and once without, repeats
+    its verdict), without "Nothing new." and unusable replies (no letter or digit, a loop); cut at
+    `MAX_TIP_WORDS` words. The `fallback_tip` when nothing is left."""
+    kept: dict[str, str] = {}  # sentence, as compared → as written
+    for reply in replies:
+        line = _first_line(reply).strip().strip(_QUOTES).strip()
+        if _loops(line):
+            continue
+        for sentence in _SENTENCE_END.split(line):
+            if re.search(r"[A-Za-z0-9]", sentence) and _plain(sentence) != _plain(NOTHING_NEW):
+                kept.setdefault(_plain(sentence), sentence.strip())
+    text = " ".join(kept.values())
+    return _cap_words(text) if text else fallback_tip(episode)
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+
+
+def _plain(text: str) -> str:
+    return " ".join(re.findall(r"[a-z0-9]+", text.lower()))
 
 
 def with_record(tip: str, record: str) -> str:

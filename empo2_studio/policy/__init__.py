@@ -61,6 +61,23 @@ def logprob_temperature(temperature: float) -> float:
     return float(temperature) if temperature > 0 else 1.0
 
 
+def instruction_list(
+    instruction: str | Sequence[str], conversations: Sequence[Sequence[Turn]], keys: Sequence[str] | None = None
+) -> list[str]:
+    """The instruction of each conversation in a `Policy.write_tips` call: `instruction` repeated when it
+    is one text, else the list itself. Raises ValueError on an empty batch, or a `keys` or instruction
+    list of another length than `conversations`."""
+    if not conversations:
+        raise ValueError("write_tips() needs at least one conversation, got an empty batch")
+    if keys is not None and len(keys) != len(conversations):
+        raise ValueError(f"write_tips() got {len(keys)} keys for {len(conversations)} conversations")
+    if isinstance(instruction, str):
+        return [instruction] * len(conversations)
+    if len(instruction) != len(conversations):
+        raise ValueError(f"write_tips() got {len(instruction)} instructions for {len(conversations)} conversations")
+    return list(instruction)
+
+
 class Policy(Protocol):
     decoding: Decoding
     """"free" or "constrained" (see types.Decoding)."""
@@ -105,9 +122,11 @@ class Policy(Protocol):
         ...
 
     def write_tips(
-        self, conversations: Sequence[Sequence[Turn]], instruction: str, *, keys: Sequence[str] | None = None
-    ) -> list[str]:
+        self, conversations: Sequence[Sequence[Turn]], instruction: str | Sequence[str], *,
+        keys: Sequence[str] | None = None,
+    ) -> list[str]:  # fmt: skip
         """Let the policy summarise each finished conversation in one line (the reflection step).
+        `instruction`: one for all, or one per conversation (`instruction_list`).
         `keys`: the episodes' sampling keys, so a kept KV cache is reused (then dropped)."""
         ...
 

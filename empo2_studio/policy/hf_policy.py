@@ -22,7 +22,7 @@ from typing import Any, Iterator, Sequence
 
 import torch
 
-from empo2_studio.policy import ActionRequest, Turn, logprob_temperature
+from empo2_studio.policy import ActionRequest, Turn, instruction_list, logprob_temperature
 from empo2_studio.policy.choice import ChoiceSettings, Chooser
 from empo2_studio.policy.lora import CHECKPOINTED
 from empo2_studio.policy.sampling import CachedSampler
@@ -302,23 +302,22 @@ class HFPolicy:
     # ---------------------------------------------------------------- reflection
 
     def write_tips(
-        self, conversations: Sequence[Sequence[Turn]], instruction: str, *, keys: Sequence[str] | None = None
-    ) -> list[str]:
+        self, conversations: Sequence[Sequence[Turn]], instruction: str | Sequence[str], *,
+        keys: Sequence[str] | None = None,
+    ) -> list[str]:  # fmt: skip
         """Greedy free text (≤ max_tip_tokens, up to the end of its first line) answering `instruction`
         after each conversation, all in one batch; returns the raw decoded texts (paper §2).
+        `instruction` is one text for all, or one per conversation (`memory.reflection`'s observation notes).
 
         `keys` names each conversation's episode: an episode whose sampling KV cache is still kept
         (see `rollout.play_group(keep_caches=True)`) only feeds its last action and the instruction
         instead of its whole conversation again. The caches of `keys` are dropped afterwards.
-        Raises ValueError on an empty batch or a `keys` list of another length.
+        Raises ValueError on an empty batch, or a `keys` or `instruction` list of another length.
         """
-        if not conversations:
-            raise ValueError("write_tips() needs at least one conversation, got an empty batch")
-        if keys is not None and len(keys) != len(conversations):
-            raise ValueError(f"write_tips() got {len(keys)} keys for {len(conversations)} conversations")
+        instructions = instruction_list(instruction, conversations, keys)
         # Keys of episodes without a kept cache start fresh (sharing the batch's common prefix).
         keys = list(keys) if keys is not None else [f"tip-{uuid.uuid4().hex}" for _ in conversations]
-        prompts = [self.prompt_ids(list(conv) + [Turn(instruction, None)]) for conv in conversations]
+        prompts = [self.prompt_ids(list(conv) + [Turn(text, None)]) for conv, text in zip(conversations, instructions)]
         newline, blank = self._newline_ids()
         stop = frozenset(t for t in (self.chat_format.eot_id, self.tokenizer.eos_token_id) if t is not None)
         was_training = self.model.training

@@ -176,13 +176,16 @@ def play_side_by_side(
 
 
 def write_group_tips(
-    policy: Policy, store: TipMemory, episodes: Sequence[Episode], *, timings: Timings | None = None
-) -> list[Episode]:
+    policy: Policy, store: TipMemory, episodes: Sequence[Episode], *, timings: Timings | None = None,
+    writer: Policy | None = None, note_context: str = "episode",
+) -> list[Episode]:  # fmt: skip
     """Let the policy write one tip per episode and store it (paper §2; all modes, as the recipe does).
 
     The tip of each episode goes into `store.add_episode_tips(episode, tip, key_text)` (one entry per
     step); `key_text` is the episode's final tip-free conversation. Episodes whose cleaned tip is empty
     store nothing. Sampling caches kept for the episodes (`keep_caches`) are reused, then dropped.
+    `writer`: another policy writes the tips (`memory.note_writer`; None: `policy`), which drops the
+    actor's caches first; `note_context` as `memory.reflection.write_tips`'s `context`.
 
     Returns:
         The episodes with `tip` set (same order).
@@ -192,7 +195,10 @@ def write_group_tips(
     if not episodes:
         return []
     t0 = time.perf_counter()
-    tips = write_tips(policy, episodes, [conversation(e) for e in episodes])
+    if (writer is not None and writer is not policy) or note_context != "episode":
+        for e in episodes:  # the kept sampling caches are the actor's, of the episode's whole conversation
+            policy.forget(e.episode_id)
+    tips = write_tips(writer or policy, episodes, [conversation(e) for e in episodes], context=note_context)
     out = []
     for episode, tip in zip(episodes, tips, strict=True):
         if tip.strip():

@@ -32,7 +32,7 @@ from typing import Any
 import httpx
 import torch
 
-from empo2_studio.policy import ActionRequest, Turn
+from empo2_studio.policy import ActionRequest, Turn, instruction_list
 from empo2_studio.types import ActionSample
 
 NEUTRAL_SAMPLING = {"top_p": 1.0, "top_k": -1, "min_p": 0.0, "repetition_penalty": 1.0,
@@ -102,14 +102,11 @@ class VLLMPolicy:
         urls = [self._url_for(r.key) for r in requests]
         return self._complete_all(urls, bodies)
 
-    def write_tips(self, conversations: Sequence[Sequence[Turn]], instruction: str, *,
+    def write_tips(self, conversations: Sequence[Sequence[Turn]], instruction: str | Sequence[str], *,
                    keys: Sequence[str] | None = None) -> list[str]:  # fmt: skip
         """Greedy one-line tips from the servers (no KV cache to reuse: `keys` only pick servers)."""
-        if not conversations:
-            raise ValueError("write_tips() needs at least one conversation, got an empty batch")
-        if keys is not None and len(keys) != len(conversations):
-            raise ValueError(f"write_tips() got {len(keys)} keys for {len(conversations)} conversations")
-        prompts = [self.local.prompt_ids(list(c) + [Turn(instruction, None)]) for c in conversations]
+        instructions = instruction_list(instruction, conversations, keys)
+        prompts = [self.local.prompt_ids(list(c) + [Turn(t, None)]) for c, t in zip(conversations, instructions)]
         bodies = [self._body(p, self.local.max_tip_tokens, 0.0, 0) for p in prompts]
         names = list(keys) if keys is not None else [str(i) for i in range(len(prompts))]
         return [s.text for s in self._complete_all([self._url_for(k) for k in names], bodies)]
