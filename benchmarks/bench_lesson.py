@@ -52,6 +52,7 @@ from empo2_studio.envs.trap import TASKS, TrapEnv  # noqa: E402
 from empo2_studio.lesson import LessonSettings  # noqa: E402
 from empo2_studio.memory import TipStore, make_embedder  # noqa: E402
 from empo2_studio.policy import Turn, load_policy, prompts  # noqa: E402
+from empo2_studio.policy.note_writer import load_note_writer  # noqa: E402
 from empo2_studio.rollout import play_group, seed_policy  # noqa: E402
 from empo2_studio.sessions import Session, default_sessions_root  # noqa: E402
 from empo2_studio.trainer import Trainer  # noqa: E402
@@ -159,7 +160,7 @@ def lesson_config(task: str, seed: int, args) -> RunConfig:
     return RunConfig(
         run_id=f"distill-{task}-seed{seed}", seed=seed,
         env=EnvConfig(name="trap", task=task, variations=tuple(args.distill_variations), step_limit=args.step_limit,
-                      record_line=not args.no_record_line),
+                      record_line=args.record_line),
         memory=MemoryConfig(embedder="minilm", note_writer=args.note_writer, note_context=args.note_context),
         rollout=RolloutConfig(group_size=8, train_temperature=args.temperature),
         algo=AlgoConfig(low_prob_ref=args.low_prob_ref),
@@ -251,12 +252,11 @@ def part_distill(args, policy, embedder, root: Path, warm: list[torch.Tensor]) -
 
 def part_adapt(args, policy, embedder, root: Path, warm: list[torch.Tensor]) -> tuple[str, dict]:
     """Bar 5: OOD adaptation with frozen weights on tasks other than the session's; the memory fills
-    with the episodes' own tips (the model's sentence, then the record line unless `--no-record-line`)
+    with the episodes' own tips (the note writer's, then the record line with `--record-line`)
     trial after trial."""
     rows: dict = {}
-    tips = "the model's note alone, no record line" if args.no_record_line else "the model's note + the record line"
-    if args.note_writer:
-        tips += f"; notes by {args.note_writer}, {args.note_context} context"
+    tips = "the model's note + the record line" if args.record_line else "the model's note alone, no record line"
+    tips += f"; written by the {args.note_writer} note writer ({args.note_context} context)"
     lines = [
         f"### OOD adaptation: frozen weights, self-written tips ({tips}), {args.adapt_trials} memory trials after a "
         f"memory-free trial 0, group 8, step limit {args.step_limit}, seeds {args.seeds}",
@@ -361,10 +361,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tip-wording", type=int, default=None, metavar="N",
                     help="part distill: the pre-filled tips in held-out wording N of benchmarks/data/heldout_notes.json "
                          "(a teacher's own words) instead of the template")
-    ap.add_argument("--no-record-line", action="store_true",
-                    help="tips hold only what the model wrote (env.record_line off): adaptation from its own notes (issue 25 bar 3)")
-    ap.add_argument("--note-writer", default=None, metavar="DIR",
-                    help="part adapt: this adapter writes the tips (memory.note_writer), the --warm-start one acts")
+    ap.add_argument("--record-line", action="store_true",
+                    help="tips end with the environment's record line (env.record_line; off by default: a tip is only what the model wrote)")
+    ap.add_argument("--note-writer", default=MemoryConfig().note_writer, metavar="auto|none|DIR",
+                    help="who writes the tips (memory.note_writer): auto (the shipped writer), none (the acting policy) or an adapter")
     ap.add_argument("--note-context", default=MemoryConfig().note_context, choices=NOTE_CONTEXTS,
                     help="part adapt: a tip is written after the whole episode or per observation (memory.note_context)")
     ap.add_argument("--warm-start", default=RunConfig().policy.warm_start, help="auto (the default adapter, plain words) | none | DIR")
@@ -387,7 +387,7 @@ def main(argv: list[str] | None = None) -> int:
     policy = load_policy(dataclasses.replace(RunConfig().policy, warm_start=args.warm_start))
     print(f"model loaded in {time.perf_counter() - t0:.0f}s (version {policy.version})", flush=True)
     warm = [p.detach().clone() for p in policy.trainable_parameters()]
-    args.writer = load_policy(dataclasses.replace(RunConfig().policy, warm_start=args.note_writer)) if args.note_writer else None
+    args.writer = load_note_writer(lesson_config(args.distill_task, 0, args), policy)[0]  # one writer for every run
     report = [f"# bench_lesson ({time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} CPU cores, torch {torch.__version__}, "
               f"policy {policy.version})", ""]  # fmt: skip
     results: dict = {}

@@ -72,7 +72,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
 
-from empo2_studio.config import RunConfig  # noqa: E402
+from empo2_studio.config import MemoryConfig, RunConfig  # noqa: E402
 from empo2_studio.envs.note_check import NoteFacts, NoteVerdict, check_note, episode_facts  # noqa: E402
 from empo2_studio.envs.trap import CAN, START_ROOM, TASKS, TrapEnv  # noqa: E402
 from empo2_studio.envs.trap_world import SIDE_ROOMS, route  # noqa: E402
@@ -86,6 +86,7 @@ from empo2_studio.memory.reflection import (  # noqa: E402
     write_observation_notes,
 )
 from empo2_studio.policy import Turn, load_policy, prompts  # noqa: E402
+from empo2_studio.policy.note_writer import load_note_writer  # noqa: E402
 from empo2_studio.rollout import conversation, play_group, seed_policy  # noqa: E402
 from empo2_studio.rollout.conversation import transcript  # noqa: E402
 from empo2_studio.sessions import default_sessions_root  # noqa: E402
@@ -413,7 +414,7 @@ def part_write(args, policy, wordings) -> tuple[list[str], dict]:
         "",
     ]
     records: list[dict[str, Any]] = []
-    same = args.writer is policy  # a separate writer re-reads each episode (the caches are the actor's)
+    same = args.writer is policy and args.writer_context == "conversation"  # else the caches are of no use
     for task in args.tasks:
         for v in vs:
             for seed in args.seeds:
@@ -644,32 +645,36 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--step-limit", type=int, default=8)
     ap.add_argument("--temperature", type=float, default=1.0)
     ap.add_argument("--warm-start", default=RunConfig().policy.warm_start, help="auto (the default adapter, plain words) | none | DIR")
-    ap.add_argument("--writer-context", choices=["conversation", "transcript", "observation"], default="conversation",
+    ap.add_argument("--writer-context", choices=["auto", "conversation", "transcript", "observation"], default="auto",
                     help="what the note is written after: the episode as the policy saw it, its transcript alone "
                          "(for writers built with make_warmstart.py --context transcript), or each observation "
-                         "alone, the notes joined (--context observation)")
-    ap.add_argument("--note-writer", default=None, metavar="DIR",
-                    help="part write: another adapter writes the notes about the episodes the --warm-start one played")
+                         "alone, the notes joined (--context observation); auto: as the writer was trained")
+    ap.add_argument("--note-writer", default=MemoryConfig().note_writer, metavar="auto|none|DIR",
+                    help="who writes the notes about the episodes the --warm-start adapter played (memory.note_writer): "
+                         "auto (the shipped writer), none (the acting adapter) or another adapter")
     ap.add_argument("--decoding", choices=["constrained", "action"], default="constrained",
                     help="how the acting policy picks among the valid actions: token by token, or one whole action "
                          "from a categorical over them (policy.decoding)")
     ap.add_argument("--wordings", type=Path, default=HELDOUT)
     ap.add_argument("--root", type=Path, default=None, help="sessions root (default: $EMPO2_SESSIONS_DIR or ./sessions)")
     args = ap.parse_args(argv)
-    if args.note_writer and not (Path(args.note_writer) / "adapter_config.json").is_file():
+    if args.note_writer not in ("auto", "none") and not (Path(args.note_writer) / "adapter_config.json").is_file():
         ap.error(f"--note-writer {args.note_writer!r} is not a PEFT adapter directory (no adapter_config.json); "
                  "build one with scripts/make_warmstart.py --reflect-only --out DIR")  # fmt: skip
-    if "ask" in args.parts and args.writer_context == "observation":
-        ap.error("--parts ask asks about a whole episode; --writer-context observation has none "
-                 "(use --parts observe for one observation at a time)")  # fmt: skip
     torch.set_num_threads(max(1, min(args.threads, os.cpu_count() or 1)))
     wordings = load_wordings(args.wordings)
     root = new_run_dir(args.root or default_sessions_root())
-    policy = load_policy(dataclasses.replace(RunConfig().policy, warm_start=args.warm_start, decoding=args.decoding))
-    args.writer = policy if args.note_writer is None else load_policy(
-        dataclasses.replace(RunConfig().policy, warm_start=args.note_writer))  # fmt: skip
-    writer = (f", notes written by {args.note_writer}" if args.note_writer else "") + (
-        f" after the {args.writer_context}" if args.writer_context != "conversation" else "")
+    policy_cfg = dataclasses.replace(RunConfig().policy, warm_start=args.warm_start, decoding=args.decoding)
+    policy = load_policy(policy_cfg)
+    context = "auto" if args.writer_context == "auto" else "episode"  # only "auto" needs the writer's own
+    run = RunConfig(policy=policy_cfg, memory=MemoryConfig(note_writer=args.note_writer, note_context=context))
+    args.writer, resolved = load_note_writer(run, policy)
+    if args.writer_context == "auto":
+        args.writer_context = "observation" if resolved == "observation" else "conversation"
+    if "ask" in args.parts and args.writer_context == "observation":
+        ap.error("--parts ask asks about a whole episode; an observation writer never sees one "
+                 "(use --parts observe, or --note-writer none / --writer-context conversation)")  # fmt: skip
+    writer = f", notes written by the {args.note_writer} writer after the {args.writer_context}"
     report = [f"# bench_notes ({time.strftime('%Y-%m-%d %H:%M')}, warm start {args.warm_start}, policy {policy.version}, {args.decoding} decoding{writer})", ""]
     results: dict = {}
     for name in args.parts:

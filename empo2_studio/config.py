@@ -69,10 +69,10 @@ class EnvConfig:
     """ScienceWorld simplification preset or comma list ("easy" = teleport, open doors, ...)."""
     step_limit: int | None = None
     """Max steps per episode; None = per-task default (30; 60 chemistry-mix; 120 melting point)."""
-    record_line: bool = True
+    record_line: bool = False
     """Store the environment's own summary of each finished episode (`TextEnv.summarise_episode`: the
-    "[from the record] …" line of `envs.room_notes`) after the model's note in its tip. Off: a tip is
-    only what the model wrote (issue 25: adaptation from the model's own notes)."""
+    "[from the record] …" line of `envs.room_notes`) after the model's note in its tip. Off (the default
+    since the shipped note writer, `memory.note_writer`): a tip is only what the model wrote."""
 
 
 @dataclass(frozen=True)
@@ -139,10 +139,10 @@ class MemoryConfig:
     pin_curated: bool = True
     """Show curated tips (added by hand, edited, or imported without a source episode) at every step
     of their task and variation, before the similarity rule's picks (departure: see docs/departures.md)."""
-    note_writer: str | None = None
-    """A PEFT adapter directory that writes the tips, frozen (make_warmstart.py --reflect-only); None: the policy (§2)."""
-    note_context: NoteContext = "episode"
-    """A tip follows the whole episode (§2) or joins one note per observation (`reflection.write_observation_notes`)."""
+    note_writer: str | None = "auto"
+    """Who writes the tips (`policy.note_writer`): auto (the shipped writer for the embedded model), none, or an adapter dir."""
+    note_context: NoteContext = "auto"
+    """A tip follows the whole episode (§2) or joins one note per observation; auto: as the writer was trained."""
 
 
 @dataclass(frozen=True)
@@ -296,7 +296,7 @@ class RunConfig:
         _positive("memory.top_k", m.top_k)
         _positive("memory.max_tips_per_partition", m.max_tips_per_partition)
         _choice("memory.note_context", m.note_context, NOTE_CONTEXTS)
-        if m.note_writer is not None and not os.path.isfile(os.path.join(m.note_writer, "adapter_config.json")):
+        if m.note_writer not in (None, "auto", "none") and not os.path.isfile(os.path.join(m.note_writer, "adapter_config.json")):
             raise ValueError(f"memory.note_writer {m.note_writer!r} is not a PEFT adapter directory (no adapter_config.json)")
         r = self.rollout
         if r.group_size < 2:

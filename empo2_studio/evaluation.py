@@ -101,6 +101,7 @@ def adapt(
     on_trial: Callable[[dict[str, float]], None] | None = None,
     stop: threading.Event | None = None,
     writer: Any | None = None,
+    note_context: str = "episode",
 ) -> list[dict[str, float]]:
     """OOD adaptation: frozen weights, memory only (paper §6.1, Fig. 8).
 
@@ -114,7 +115,8 @@ def adapt(
         trials: memory trials after the memory-free trial 0 (paper: 10).
         on_trial: called with each trial's row as soon as it is done.
         stop: when set, the run ends after the current trial (the rows so far are returned).
-        writer: who writes the tips (`memory.note_writer`, loaded by the trainer); None: `policy`.
+        writer, note_context: who writes the tips and after what (`policy.note_writer.load_note_writer`,
+            called by the trainer); None, "episode": `policy`, after the whole episode (paper §2).
 
     Returns:
         Up to `trials + 1` rows {"adapt/trial", "adapt/score_mean", "adapt/success_rate", "adapt/tips_total"}.
@@ -138,7 +140,7 @@ def adapt(
             rollout_mode=mode, update_mode=None, temperature=cfg.rollout.train_temperature, seed=cfg.seed,
             keep_caches=True,
         )  # fmt: skip
-        episodes = write_group_tips(policy, store, episodes, writer=writer, note_context=cfg.memory.note_context)
+        episodes = write_group_tips(policy, store, episodes, writer=writer, note_context=note_context)
         row = {
             "adapt/trial": float(trial),
             "adapt/score_mean": mean_score(episodes),

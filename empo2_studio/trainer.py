@@ -26,7 +26,6 @@ import random
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +66,7 @@ class Trainer:
                  envs: EnvPool | None = None, writer: Any | None = None) -> None:  # fmt: skip
         from empo2_studio.memory import TipStore, make_embedder
         from empo2_studio.policy import load_policy
+        from empo2_studio.policy.note_writer import load_note_writer
 
         self.cfg = cfg.validate()
         self.session = session
@@ -86,8 +86,7 @@ class Trainer:
         self.on_phase: Callable[[str], None] | None = None
         """Called with a short line as an iteration moves through its phases (the studio's status)."""
         self.write_tips = True  # False: no reflection, no tips (an arm that never reads them: the race's GRPO)
-        self.writer = writer or (load_policy(replace(cfg.policy, warm_start=cfg.memory.note_writer, adapter=None))
-                                 if cfg.memory.note_writer else self.policy)  # who writes the tips (§2)  # fmt: skip
+        self.writer, self.note_context = load_note_writer(self.cfg, self.policy, writer)  # who writes the tips (§2)
 
     # ---- resources ---------------------------------------------------------------------------
     def envs(self, n: int) -> list[Any]:
@@ -214,7 +213,7 @@ class Trainer:
         )  # fmt: skip
         self._phase(f"writing the tips of {len(episodes)} episodes" if self.write_tips else "this run writes no tips")
         return write_group_tips(self.policy, self.store, episodes, timings=timings, writer=self.writer,
-                                note_context=self.cfg.memory.note_context) if self.write_tips else episodes  # fmt: skip
+                                note_context=self.note_context) if self.write_tips else episodes  # fmt: skip
 
     def _advantages(self, groups: Sequence[Sequence[Episode]]) -> list[float] | list[list[float]]:
         """Group-relative advantages of R = extrinsic return + intrinsic_coef × Σ intrinsic rewards, one
@@ -343,7 +342,7 @@ class Trainer:
         """OOD adaptation of this trainer's policy and tip store, weights frozen (see `evaluation.adapt`)."""
         return evaluation.adapt(
             self.policy, self.pool, self.store, self.cfg, self.session, task, iteration=self.iteration,
-            trials=trials, on_trial=on_trial, stop=stop, writer=self.writer,
+            trials=trials, on_trial=on_trial, stop=stop, writer=self.writer, note_context=self.note_context,
         )  # fmt: skip
 
     # ---- checkpoints -------------------------------------------------------------------------

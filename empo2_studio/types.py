@@ -37,9 +37,10 @@ whose notes sit right before the answer. Each environment names its own (`envs.P
 TipOrigin = Literal["generated", "manual", "imported"]
 """Where a tip came from: written by the policy, added or edited by hand, or imported from JSONL."""
 
-NoteContext = Literal["episode", "observation"]
+NoteContext = Literal["auto", "episode", "observation"]
 """What a tip is written after: the whole episode (paper §2), or each observation alone, the notes joined
-(`memory.reflection.write_observation_notes`)."""
+(`memory.reflection.write_observation_notes`); auto: what the note writer was trained on
+(`policy.note_writer.note_context`)."""
 
 # Each choice set is written once, as the Literal above; these tuples are read from it.
 ENV_NAMES: tuple[EnvName, ...] = get_args(EnvName)

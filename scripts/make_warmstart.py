@@ -555,7 +555,9 @@ def main(argv: list[str] | None = None) -> int:
     meta = {
         "base_model": EMBEDDED_MODEL,
         "trained_on": f"trap {' and '.join(args.splits)} variations of every search-family task (never test 36-47, never the fixed family): "
-        + ("the reflection prompt only, answered with a true note about the episode (a note writer: it is not "
+        + ("single observations, each answered with its true observation note (a note writer: it is not "
+           "trained to act)" if args.reflect_only and args.context == "observation" else
+           "the reflection prompt only, answered with a true note about the episode (a note writer: it is not "
            "trained to act)" if args.reflect_only else
            "note-following turns (likelihood; notes shown from their plan's first unplayed step, as the rollout "
            "shows them)" if args.recipe == "shipped" else
@@ -571,7 +573,8 @@ def main(argv: list[str] | None = None) -> int:
         "seconds": round(time.time() - t0, 1), "history": history,
     }  # fmt: skip
     (args.out / "warmstart.json").write_text(json.dumps(meta, indent=1))
-    (args.out / "README.md").write_text(CARD.format(**meta))  # replaces PEFT's empty model-card template
+    card = WRITER_CARD if args.reflect_only else CARD
+    (args.out / "README.md").write_text(card.format(**meta))  # replaces PEFT's empty model-card template
     print(f"wrote {args.out} in {time.time() - t0:.0f} s")
     return 0
 
@@ -584,6 +587,16 @@ Trained on: {trained_on}. It teaches the embedded model one skill the paper's 7B
 the action its notes imply, among the step's valid actions. A run starts from it with
 `--policy.warm-start <this folder>` (the default, `auto`, is assets/warmstart/smollm2-135m-instruct-plain-words;
 `none` is an untrained LoRA); `warmstart.json` holds the loss curve.
+"""
+
+
+WRITER_CARD = """# Note-writer LoRA adapter for {base_model}
+
+Built by `scripts/make_warmstart.py --reflect-only` (seed {seed}, {epochs} epochs, lr {lr}, LoRA on the last
+{last_layers} layers, verdict weight {verdict_weight}, context {context}, {seconds} s on this machine's CPU).
+Trained on: {trained_on}. It writes the tips while another adapter acts; it is never trained further.
+A run uses it with `--memory.note-writer <this folder>` (the default, `auto`, is
+assets/warmstart/smollm2-135m-instruct-note-writer for the embedded model); `warmstart.json` holds the loss curve.
 """
 
 

@@ -76,15 +76,16 @@ def test_join_of_nothing_usable_is_the_fallback():
 def test_write_observation_notes_asks_once_per_distinct_observation_in_one_batch():
     a = _episode("This room is called the hallway.", "You go to the kitchen. K.", "This room is called the hallway.")
     b = _episode("This room is called the hallway.", "You pick up the can.", task="Your task is to water the plant.")
+    c = _episode("This room is called the hallway.", "You go to the kitchen. K.")  # a's layout, a's rooms
     writer = RecordingWriter(["H-a.", "K.", "H-b.", "Nothing new."])
-    tips = write_observation_notes(writer, [a, b])
+    tips = write_observation_notes(writer, [a, b, c])
     assert len(writer.calls) == 1
     conversations, prompts = writer.calls[0]
-    assert conversations == [()] * 4  # the hallway seen twice in episode a is asked about once
+    assert conversations == [()] * 4  # the hallway seen twice in a, and c's two rooms, are asked about once
     assert prompts[0] == ("Task: Your task is to find the frog.\n\nObservation: This room is called the hallway.\n\n"
                           + OBSERVATION_NOTE_INSTRUCTION)  # fmt: skip
     assert prompts[3] == observation_prompt("Your task is to water the plant.", "You pick up the can.")
-    assert tips == ["H-a. K.", "H-b."]
+    assert tips == ["H-a. K.", "H-b.", "H-a. K."]
 
 
 def test_write_observation_notes_reply_count_mismatch():
@@ -195,7 +196,7 @@ def test_trainer_stores_the_note_writers_observation_notes_and_drops_the_actors_
     trainer = Trainer(session.config, session, policy=actor, embedder=make_embedder("hash"), writer=writer)
     report = trainer.step(forced_mode="on-policy")
     episodes = session.episodes(list(report.episode_ids))
-    assert len(writer.calls) == 1 and len(writer.calls[0]) == 2 * 4  # per episode: hallway, kitchen, 2 results
+    assert len(writer.calls) == 1 and len(writer.calls[0]) == 4  # hallway, kitchen, 2 results: both episodes saw them
     assert [e.tip for e in episodes] == ["The green light bulb is not in the hallway. The green light bulb is in the kitchen."] * 2
     assert actor.tips_written == 0 and actor.cached == set()  # the actor wrote nothing and keeps no cache
 
@@ -203,7 +204,7 @@ def test_trainer_stores_the_note_writers_observation_notes_and_drops_the_actors_
 def test_config_names_a_bad_note_context_or_writer(tmp_path):
     from empo2_studio.config import RunConfig
 
-    with pytest.raises(ValueError, match=r"memory.note_context must be one of \['episode', 'observation'\], got 'room'"):
+    with pytest.raises(ValueError, match=r"memory.note_context must be one of \['auto', 'episode', 'observation'\], got 'room'"):
         RunConfig().with_overrides(memory={"note_context": "room"}).validate()
     (tmp_path / "w").mkdir()
     with pytest.raises(ValueError, match=r"memory.note_writer '.*/w' is not a PEFT adapter directory"):
@@ -217,3 +218,32 @@ def test_reflection_refuses_an_unknown_context():
 
     with pytest.raises(ValueError, match="reflection context 'room'"):
         write_tips(RecordingWriter([]), [_episode("hall")], [()], context="room")
+
+
+def test_the_note_writer_auto_rules(tmp_path):
+    from empo2_studio.config import EMBEDDED_MODEL, PolicyConfig
+    from empo2_studio.policy.loading import WARM_START_DIR
+    from empo2_studio.policy.note_writer import NOTE_WRITER, note_context, note_writer_dir
+
+    embedded, other = PolicyConfig(), PolicyConfig(model="some/other-model")
+    assert embedded.model == EMBEDDED_MODEL and note_writer_dir(embedded, "auto") == WARM_START_DIR / NOTE_WRITER
+    assert note_writer_dir(other, "auto") is None  # any other model writes its own tips (paper §2)
+    assert note_writer_dir(embedded, "none") is None and note_writer_dir(embedded, None) is None
+    with pytest.raises(FileNotFoundError, match=r"memory.note_writer: .*/nowhere/adapter_config.json is missing"):
+        note_writer_dir(embedded, str(tmp_path / "nowhere"))
+    # "auto" context: what the writer was trained on, read from its warmstart.json
+    assert note_context("auto", WARM_START_DIR / NOTE_WRITER) == "observation"
+    (tmp_path / "warmstart.json").write_text('{"context": "transcript"}')
+    assert note_context("auto", tmp_path) == "episode" and note_context("auto", None) == "episode"
+    assert note_context("observation", None) == "observation"
+
+
+def test_a_policy_without_the_embedded_base_writes_its_own_tips():
+    from empo2_studio.config import RunConfig
+    from empo2_studio.policy.note_writer import load_note_writer
+    from fakes import ScriptedPolicy
+
+    actor = ScriptedPolicy(lambda r: "look around")
+    assert load_note_writer(RunConfig(), actor) == (actor, "episode")  # default config, a non-HF policy
+    writer = RoomWriter()
+    assert load_note_writer(RunConfig(), actor, writer) == (writer, "episode")

@@ -246,13 +246,13 @@ def test_stored_tip_marks_the_models_sentence_and_puts_the_record_last():
         "Next time: go to kitchen, then focus on green light bulb."
     )
 
-    # The record line is the environment's optional hint: off, a tip is only what the model wrote.
+    # The record line is the environment's optional hint, off by default: a tip is only what the model wrote.
     from empo2_studio.config import EnvConfig
     from empo2_studio.envs import make_env
 
-    off = make_env(EnvConfig(record_line=False))
+    off = make_env(EnvConfig())
     assert off.summarise_episode(ep) is None and with_record("I should go back.", off.summarise_episode(ep) or "") == "I should go back."
-    assert make_env(EnvConfig()).summarise_episode(ep) == record
+    assert make_env(EnvConfig(record_line=True)).summarise_episode(ep) == record
 
 
 def _episode_with_observation(observation: str) -> Episode:

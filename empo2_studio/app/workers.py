@@ -39,6 +39,7 @@ def side_by_side(
     Stop: the two episodes play to their end (the rollout has no mid-episode exit), then the tip
     writing is skipped; the episodes are still saved.
     """
+    from empo2_studio.policy.note_writer import load_note_writer
     from empo2_studio.rollout import play_side_by_side, write_group_tips
 
     job.update(message="preparing the model", header=f"{task} · variation {variation} ({split}) · seed {seed}")
@@ -68,7 +69,8 @@ def side_by_side(
         job.update(message="episodes saved, no tips written")
     else:
         job.update(message="both episodes finished; the model is writing their tips")
-        naive, memory = write_group_tips(policy, store, [naive, memory])
+        writer, context = load_note_writer(studio.session(run_id).config, policy)
+        naive, memory = write_group_tips(policy, store, [naive, memory], writer=writer, note_context=context)
     group = f"side-{uuid.uuid4().hex[:10]}"
     naive, memory = replace(naive, group_id=group), replace(memory, group_id=group)
     studio.session(run_id).append_episodes([naive, memory])
@@ -137,6 +139,7 @@ def adapt(studio: Studio, job: Job, *, run_id: str, checkpoint: str | None, task
     "checksum_before"/"checksum_after". A stop request ends the run at the next trial boundary.
     """
     from empo2_studio import evaluation
+    from empo2_studio.policy.note_writer import load_note_writer
 
     session = studio.session(run_id)
     iteration = studio.use_checkpoint(run_id, checkpoint)
@@ -148,9 +151,10 @@ def adapt(studio: Studio, job: Job, *, run_id: str, checkpoint: str | None, task
         done = len(job.data["trials"])
         job.update(progress=done / (trials + 1), message=f"trial {done - 1} of {trials} done")
 
+    writer, context = load_note_writer(session.config, studio.policy())
     result = evaluation.adapt(
         studio.policy(), studio.env_pool(run_id), studio.store(run_id), session.config, session, task,
-        iteration=iteration, trials=trials, on_trial=on_trial, stop=job.stop_event,
+        iteration=iteration, trials=trials, on_trial=on_trial, stop=job.stop_event, writer=writer, note_context=context,
     )  # fmt: skip
     after = studio.adapter_checksum()
     verdict = "weights untouched" if after == before else "WEIGHTS CHANGED"

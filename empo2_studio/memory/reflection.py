@@ -114,27 +114,26 @@ def write_observation_notes(writer: TipWriter, episodes: Sequence[Episode]) -> l
 
     Departure (not in the paper, whose tip is one reflection on the whole trajectory): the writer
     answers `OBSERVATION_NOTE_INSTRUCTION` after the task and one observation at a time
-    (`observation_prompt`, one batched greedy `writer.write_tips` call over every episode's
-    `episode_observations`), and the tip is its replies joined (`join_observation_notes`). Every word
+    (`observation_prompt`, one batched greedy `writer.write_tips` call over the distinct prompts of every
+    episode's `episode_observations`), and the tip is its replies joined (`join_observation_notes`). Every word
     is the model's; the code only splits the episode and joins the lines. Why: the 135M writer
     answering about a whole episode named the wrong room in about half its notes, while whether one
     room's object list holds the target is learnable (docs/notebook/2026-12-04-observation-notes.md).
 
     Returns one tip per episode, in order, without a record line (`with_record` adds it).
-    Raises ValueError if the writer returns another number of replies than there are observations.
+    Raises ValueError if the writer returns another number of replies than there are distinct prompts.
     """
-    observations = [episode_observations(e) for e in episodes]
-    prompts = [observation_prompt(e.task_description, o) for e, obs in zip(episodes, observations) for o in obs]
+    per_episode = [[observation_prompt(e.task_description, o) for o in episode_observations(e)] for e in episodes]
+    # A group's episodes share a layout and see the same rooms: each distinct prompt is written about once
+    # (greedy, so the same note), which took one group's note writing from 48 prompts to about 10.
+    prompts = list(dict.fromkeys(p for ps in per_episode for p in ps))
     if not prompts:
         return []
     replies = writer.write_tips([()] * len(prompts), prompts)
     if len(replies) != len(prompts):
         raise ValueError(f"policy.write_tips returned {len(replies)} notes for {len(prompts)} observations")
-    out, at = [], 0
-    for e, obs in zip(episodes, observations):
-        out.append(join_observation_notes(replies[at : at + len(obs)], e))
-        at += len(obs)
-    return out
+    note = dict(zip(prompts, replies))
+    return [join_observation_notes([note[p] for p in ps], e) for ps, e in zip(per_episode, episodes)]
 
 
 def join_observation_notes(replies: Sequence[str], episode: Episode) -> str:

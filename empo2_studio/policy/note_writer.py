@@ -1,0 +1,78 @@
+"""Who writes the tips: the acting policy (paper §2) or a frozen note-writer adapter (`MemoryConfig.note_writer`).
+
+For the embedded model, "auto" loads the shipped writer, `assets/warmstart/<model>-note-writer`: a LoRA on
+the same base model trained by `scripts/make_warmstart.py --reflect-only --context observation` to note,
+about one observation at a time, where the things the task names are or are not
+(`memory.reflection.write_observation_notes`). On the trap's test layouts its notes state what the
+episode found in 0.92–1.00 of won and failed episodes, against 0.42–0.58 for the best writer of whole
+episodes (docs/notebook/2026-12-04-observation-notes.md). For any other model "auto" is the policy itself.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from empo2_studio.config import EMBEDDED_MODEL, PolicyConfig, RunConfig
+from empo2_studio.policy.loading import WARM_START_DIR, load_policy
+
+NOTE_WRITER = f"{EMBEDDED_MODEL}-note-writer"
+"""The folder under WARM_START_DIR that `note_writer` "auto" loads for the embedded model."""
+NOTE_WRITER_COMMAND = (
+    ".venv/bin/python scripts/make_warmstart.py --reflect-only --context observation --splits dev train "
+    f"--per-layout 8 --epochs 2 --batch 8 --lr 1e-3 --verdict-weight 3 --out assets/warmstart/{NOTE_WRITER}"
+)
+
+
+def note_writer_dir(policy: PolicyConfig, note_writer: str | None) -> Path | None:
+    """The adapter directory that writes the tips, or None when the acting policy writes them.
+
+    Args:
+        policy: the acting policy's config (its `model` decides what "auto" means).
+        note_writer: `MemoryConfig.note_writer`: "auto" (the shipped writer for the embedded model,
+            None for any other), None or "none" (the policy), or a PEFT adapter directory.
+
+    Raises FileNotFoundError naming the missing file (and, for "auto", the command that builds it).
+    """
+    if note_writer in (None, "none") or (note_writer == "auto" and policy.model != EMBEDDED_MODEL):
+        return None
+    folder = WARM_START_DIR / NOTE_WRITER if note_writer == "auto" else Path(note_writer).expanduser()
+    hint = f"build it with `{NOTE_WRITER_COMMAND}`" if note_writer == "auto" else "give a PEFT adapter directory"
+    for name in ("adapter_config.json", "adapter_model.safetensors"):
+        if not (folder / name).is_file():
+            raise FileNotFoundError(f"memory.note_writer: {folder / name} is missing; {hint}, or --memory.note-writer none")
+    return folder
+
+
+def note_context(configured: str, folder: Path | None) -> str:
+    """`MemoryConfig.note_context` resolved: "auto" is "observation" for a writer trained on single
+    observations (its warmstart.json says `"context": "observation"`), else "episode" (paper §2)."""
+    if configured != "auto":
+        return configured
+    meta = folder / "warmstart.json" if folder is not None else None
+    trained = json.loads(meta.read_text()).get("context") if meta is not None and meta.is_file() else None
+    return "observation" if trained == "observation" else "episode"
+
+
+_LOADED: dict[PolicyConfig, Any] = {}
+"""Writers loaded so far, by config: a writer is never trained, so every run of a process shares it."""
+_LOCK = threading.Lock()
+
+
+def load_note_writer(cfg: RunConfig, policy: Any, writer: Any | None = None) -> tuple[Any, str]:
+    """(the tip writer, its note context) for a run of `cfg` whose acting policy is `policy`: `writer`
+    when given (a ready one, shared by the caller), else the `note_writer_dir` adapter on the same base
+    model (`policy.base_model_name`), loaded once per process and never trained, else `policy`.
+    Raises FileNotFoundError as `note_writer_dir`."""
+    # "auto" follows the policy actually given: a test's tiny or scripted policy gets no embedded writer.
+    folder = note_writer_dir(replace(cfg.policy, model=getattr(policy, "base_model_name", "")), cfg.memory.note_writer)
+    if writer is None and folder is None:
+        writer = policy
+    elif writer is None:
+        key = replace(cfg.policy, warm_start=str(folder), adapter=None)
+        with _LOCK:
+            writer = _LOADED.get(key) or _LOADED.setdefault(key, load_policy(key))
+    return writer, note_context(cfg.memory.note_context, folder)
