@@ -50,7 +50,9 @@ Run:  .venv/bin/python benchmarks/bench_notes.py --parts room --variations 36 37
       .venv/bin/python benchmarks/bench_notes.py --parts bad --seeds 0 --threads 1
       .venv/bin/python benchmarks/bench_notes.py --parts order --tasks trap-light-bulb-fixed --variations 0 1 2 3 4
       .venv/bin/python benchmarks/bench_notes.py --parts play --rows 00 02 03 05    (a few wordings; play is the slow part)
-      .venv/bin/python benchmarks/bench_notes.py --parts write --seeds 0 --episodes 4 --threads 1  (the model's notes)
+      .venv/bin/python benchmarks/bench_notes.py --parts observe write --seeds 0 1 2 --episodes 4 --threads 1
+            (the shipped note writer's notes, the default: --note-writer auto, one note per observation)
+      .venv/bin/python benchmarks/bench_notes.py --parts write --note-writer none   (the acting adapter writes)
       .venv/bin/python benchmarks/bench_notes.py --parts write --note-writer /tmp/writer   (notes by another adapter)
       .venv/bin/python benchmarks/bench_notes.py --warm-start /tmp/ws               (another adapter)
 Results go to stdout and `<sessions root>/bench_notes-<time>/notes.md` (+ notes.json).
