@@ -566,7 +566,7 @@ def main(argv: list[str] | None = None) -> int:
         + (f", the reflection prompt answered with a true note about the episode ({args.reflect:g} per "
            "note-following conversation)" if args.reflect and not args.reflect_only else "")
         + ("" if args.reflect_only else " and note-free random walks (KL to the base model)"),
-        "recipe": args.recipe, "splits": args.splits, "template_share": args.template, "reflect": args.reflect,
+        "envs": ["trap"], "recipe": args.recipe, "splits": args.splits, "template_share": args.template, "reflect": args.reflect,
         "reflect_only": args.reflect_only, "pass_by": args.pass_by, "answer_form": args.answer_form,
         "room_questions": args.room_questions, "verdict_weight": args.verdict_weight, "context": args.context,
         "last_layers": args.last_layers, "anchor_weight": args.anchor_weight, "focus_weight": args.focus_weight, "plan_share": args.plan_share, "can_weight": args.can_weight, "plant_per_layout": args.plant_per_layout, "focus_first": args.focus_first, "epochs": args.epochs, "per_layout": args.per_layout, "batch": args.batch, "lr": args.lr, "seed": args.seed,

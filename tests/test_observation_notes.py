@@ -247,3 +247,15 @@ def test_a_policy_without_the_embedded_base_writes_its_own_tips():
     assert load_note_writer(RunConfig(), actor) == (actor, "episode")  # default config, a non-HF policy
     writer = RoomWriter()
     assert load_note_writer(RunConfig(), actor, writer) == (writer, "episode")
+
+
+def test_auto_writes_scienceworld_tips_with_the_policy_itself():
+    from empo2_studio.config import EMBEDDED_MODEL, EnvConfig, RunConfig
+    from empo2_studio.policy.note_writer import load_note_writer
+
+    class EmbeddedLike:  # what load_note_writer reads of an HFPolicy on the embedded model
+        base_model_name = EMBEDDED_MODEL
+
+    actor = EmbeddedLike()
+    sw = RunConfig(env=EnvConfig(name="scienceworld", task="find-living-thing"))
+    assert load_note_writer(sw, actor) == (actor, "episode")  # the shipped writer knows only the trap

@@ -4,7 +4,7 @@ For the embedded model, "auto" loads the shipped writer, `assets/warmstart/<mode
 the same base model trained by `scripts/make_warmstart.py --reflect-only --context observation` to note,
 about one observation at a time, where the things the task names are or are not
 (`memory.reflection.write_observation_notes`). On the trap's test layouts its notes state what the
-episode found in 0.92–1.00 of won and failed episodes, against 0.42–0.58 for the best writer of whole
+episode found in 0.97–1.00 of won and failed episodes, against 0.42–0.58 for the best writer of whole
 episodes (docs/notebook/2026-12-04-observation-notes.md). For any other model "auto" is the policy itself.
 """
 
@@ -52,9 +52,14 @@ def note_context(configured: str, folder: Path | None) -> str:
     observations (its warmstart.json says `"context": "observation"`), else "episode" (paper §2)."""
     if configured != "auto":
         return configured
-    meta = folder / "warmstart.json" if folder is not None else None
-    trained = json.loads(meta.read_text()).get("context") if meta is not None and meta.is_file() else None
+    trained = _meta(folder).get("context") if folder is not None else None
     return "observation" if trained == "observation" else "episode"
+
+
+def _meta(folder: Path) -> dict[str, Any]:
+    """The adapter's warmstart.json (what `make_warmstart.py` trained it on), {} when it has none."""
+    path = folder / "warmstart.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
 
 
 _LOADED: dict[PolicyConfig, Any] = {}
@@ -66,9 +71,14 @@ def load_note_writer(cfg: RunConfig, policy: Any, writer: Any | None = None) -> 
     """(the tip writer, its note context) for a run of `cfg` whose acting policy is `policy`: `writer`
     when given (a ready one, shared by the caller), else the `note_writer_dir` adapter on the same base
     model (`policy.base_model_name`), loaded once per process and never trained, else `policy`.
+    "auto" is the policy too on an environment the shipped writer was not trained on (warmstart.json
+    `envs`: the trap only; ScienceWorld's tips are the policy's, as in the paper).
     Raises FileNotFoundError as `note_writer_dir`."""
-    # "auto" follows the policy actually given: a test's tiny or scripted policy gets no embedded writer.
+    # "auto" follows the policy actually given (a test's tiny or scripted policy gets no embedded writer)
+    # and the environment: the shipped writer is used only on the environments it was trained on.
     folder = note_writer_dir(replace(cfg.policy, model=getattr(policy, "base_model_name", "")), cfg.memory.note_writer)
+    if folder is not None and cfg.memory.note_writer == "auto" and cfg.env.name not in _meta(folder).get("envs", ()):
+        folder = None
     if writer is None and folder is None:
         writer = policy
     elif writer is None:
