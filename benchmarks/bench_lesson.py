@@ -366,7 +366,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--note-writer", default=MemoryConfig().note_writer, metavar="auto|none|DIR",
                     help="who writes the tips (memory.note_writer): auto (the shipped writer), none (the acting policy) or an adapter")
     ap.add_argument("--note-context", default=MemoryConfig().note_context, choices=NOTE_CONTEXTS,
-                    help="part adapt: a tip is written after the whole episode or per observation (memory.note_context)")
+                    help="a tip is written after the whole episode or per observation (memory.note_context; auto: as the writer was trained)")
     ap.add_argument("--warm-start", default=RunConfig().policy.warm_start, help="auto (the default adapter, plain words) | none | DIR")
     ap.add_argument("--root", type=Path, default=None, help="sessions root (default: $EMPO2_SESSIONS_DIR or ./sessions)")
     args = ap.parse_args(argv)

@@ -36,8 +36,10 @@ room (`note_wordings.rooms_answer`); for trap-water-plant's two stages, `--plant
 layouts more conversations, `--can-weight` weights the can's pick-up like the focus, and `--focus-first`
 lets a share of its conversations focus on the flower first when a detour lands in its room. For note
 writers (`--reflect-only`): `--room-questions` answers a share of the episodes with yes/no questions about
-the rooms they stood in, `--verdict-weight` counts each room's verdict more, and `--context transcript`
-shows the episode as one text block instead of the conversation (docs/notebook/2026-12-04-writer-signal.md).
+the rooms they stood in, `--verdict-weight` counts each room's verdict more, `--context transcript`
+shows the episode as one text block instead of the conversation (docs/notebook/2026-12-04-writer-signal.md),
+and `--context observation` trains the shipped note writer: one observation at a time, answered by its
+observation note (`observation_item`, docs/notebook/2026-12-04-observation-notes.md).
 
 LoRA adapts the last 12 of the 30 layers (`--last-layers`): autograd stops there, so every later
 backward pass of a run costs 12 layers, not 30, and stores their activations only.
@@ -374,11 +376,11 @@ def observation_item(fmt, task: str, variation: int, rng: random.Random, args) -
     walk(lay.target_room if rng.random() < 0.35 else rng.choice(others))
     st = env._state
     assert st is not None
-    if rng.random() < 0.15:
-        acts = [a for a in env._valid_actions() if not a.startswith(("go to", "look around", "focus on"))]
-        obs_text = env.step(rng.choice(acts)).observation.text if acts else obs_text
-        room = None if acts else st.room
-    else:
+    acts = [a for a in env._valid_actions() if not a.startswith(("go to", "look around", "focus on"))]
+    if rng.random() < 0.15 and acts:
+        obs_text = env.step(rng.choice(acts)).observation.text
+        room = None
+    else:  # a room's observation (also when no action here shows something else)
         room = st.room
         if rng.random() < 0.5 or f"called the {room}." not in obs_text:  # a pick-up left no room in view
             obs_text = env.step("look around").observation.text

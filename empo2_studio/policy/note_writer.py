@@ -84,5 +84,7 @@ def load_note_writer(cfg: RunConfig, policy: Any, writer: Any | None = None) -> 
     elif writer is None:
         key = replace(cfg.policy, warm_start=str(folder), adapter=None)
         with _LOCK:
-            writer = _LOADED.get(key) or _LOADED.setdefault(key, load_policy(key))
+            if key not in _LOADED:
+                _LOADED[key] = load_policy(key)
+            writer = _LOADED[key]
     return writer, note_context(cfg.memory.note_context, folder)
