@@ -25,8 +25,9 @@ def edit_cell(page, old: str, new: str) -> None:
     from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
     for _ in range(3):
-        # the grid keeps a hidden sizing copy of each row: take the visible (last) match
-        cell = page.locator("#tips-table").get_by_text(old).last
+        # the grid keeps a hidden sizing copy of each row: take the visible match (with one row shown, the
+        # last match was the hidden copy in one CI run, and it never became visible)
+        cell = page.locator("#tips-table").get_by_text(old).filter(visible=True).first
         cell.wait_for()
         cell.dblclick()
         page.keyboard.press("Control+A")
