@@ -72,7 +72,7 @@ from empo2_studio.policy import Turn, prompts  # noqa: E402
 from empo2_studio.types import RetrievedTip  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "scripts"))
-from note_wordings import observation_answer, reflection_answer, training_note  # noqa: E402
+from note_wordings import observation_answer, observation_note, reflection_answer, training_note  # noqa: E402
 
 DEFAULT_OUT = ROOT / "assets" / "warmstart" / EMBEDDED_MODEL
 
@@ -118,12 +118,13 @@ def failed_record(task: str, variation: int, rng: random.Random) -> str:
 
 
 def notes_for(task: str, variation: int, rng: random.Random, recipe: str = "shipped", template: float = 0.25,
-              plan: float = 0.55) -> list[str]:  # fmt: skip
+              plan: float = 0.55, observed: float = 0.0) -> list[str]:  # fmt: skip
     """One informative note, sometimes with an uninformative one beside it.
 
     `shipped` (the adapter in assets/): the teacher's template (`TrapEnv.curated_tip`) or a record line,
-    half and half. `wordings`: the template (share `template`), a record line (10 %) or, the rest, a note
-    in a random wording (`note_wordings.training_note`)."""
+    half and half. `wordings`: the template (share `template`), a record line (10 %), a note in the note
+    writer's form (share `observed`, `note_wordings.observation_note`) or, the rest, a note in a random
+    wording (`note_wordings.training_note`)."""
     env = TrapEnv()
     if recipe == "shipped":
         good = env.curated_tip(task, variation) if rng.random() < 0.5 else env.gold_record(task, variation)
@@ -134,6 +135,8 @@ def notes_for(task: str, variation: int, rng: random.Random, recipe: str = "ship
             good = env.curated_tip(task, variation)
         elif r < template + 0.1:
             good = env.gold_record(task, variation)
+        elif r < template + 0.1 + observed:
+            good = observation_note(env.layout(task, variation), rng)
         else:
             good = training_note(env.layout(task, variation), rng, plan)
         two, fallback = 0.15, 0.25
@@ -165,14 +168,14 @@ def anchor_conversation(task: str, variation: int, rng: random.Random, step_limi
 
 
 def conversation(task: str, variation: int, rng: random.Random, step_limit: int = 8, recipe: str = "shipped", template: float = 0.25,
-                 plan: float = 0.55, focus_first: bool = False) -> tuple[list[Turn], list[int]]:  # fmt: skip
+                 plan: float = 0.55, focus_first: bool = False, observed: float = 0.0) -> tuple[list[Turn], list[int]]:  # fmt: skip
     """A note-following episode as policy turns, and the indices of the turns to learn from
     (`focus_first`: see `next_action`)."""
     from empo2_studio.policy.tokens import ChatFormat  # noqa: F401  (format comes from the policy)
 
     env = TrapEnv(step_limit=step_limit)
     obs = env.reset(task, variation)
-    notes = notes_for(task, variation, rng, recipe, template, plan)
+    notes = notes_for(task, variation, rng, recipe, template, plan, observed)
     rng.shuffle(notes)
     tips = [RetrievedTip(f"n{i}", n, 100.0, 1.0) for i, n in enumerate(notes)]
     detours = rng.choice((0, 0, 1, 2))
@@ -434,6 +437,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--focus-first", type=float, default=0.0,
                     help="share of water-plant conversations that, standing in the flower's room without the can, "
                          "focus first and fetch the can after (next_action)")
+    ap.add_argument("--observed", type=float, default=0.0,
+                    help="wordings recipe: share of notes in the note writer's form, a sentence per room searched "
+                         "(note_wordings.observation_note)")
     ap.add_argument("--anchor-weight", type=float, default=1.0, help="weight of the note-free KL anchor")
     ap.add_argument("--reflect-only", action="store_true",
                     help="train only the reflection answers (per-layout conversations each), no note-following turns "
@@ -459,6 +465,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.reflect < 0:
         ap.error(f"--reflect must be ≥ 0 (reflection conversations per note-following one), got {args.reflect}")
+    if not 0 <= args.observed <= 1 - args.template - 0.1:
+        ap.error(f"--observed must be a share in [0, {1 - args.template - 0.1:.2f}] (1 - --template - 0.1 for record lines), got {args.observed}")
     if not 0 <= args.plan_share <= 1:
         ap.error(f"--plan-share must be a share in [0, 1], got {args.plan_share}")
     if args.focus_weight <= 0:
@@ -500,7 +508,7 @@ def main(argv: list[str] | None = None) -> int:
     for epoch in range(args.epochs):
         follow = not args.reflect_only
         data = [conversation(t, v, rng, recipe=args.recipe, template=args.template, plan=args.plan_share,
-                             focus_first=focus_first(t))
+                             focus_first=focus_first(t), observed=args.observed)
                 for t, v in layouts for _ in range(per_layout(t))] if follow else []  # fmt: skip
         rng.shuffle(data)
         anchors = [anchor_conversation(t, v, rng) for t, v in layouts for _ in range(args.per_layout)] if follow else []
@@ -571,7 +579,7 @@ def main(argv: list[str] | None = None) -> int:
         "envs": ["trap"], "recipe": args.recipe, "splits": args.splits, "template_share": args.template, "reflect": args.reflect,
         "reflect_only": args.reflect_only, "pass_by": args.pass_by, "answer_form": args.answer_form,
         "room_questions": args.room_questions, "verdict_weight": args.verdict_weight, "context": args.context,
-        "last_layers": args.last_layers, "anchor_weight": args.anchor_weight, "focus_weight": args.focus_weight, "plan_share": args.plan_share, "can_weight": args.can_weight, "plant_per_layout": args.plant_per_layout, "focus_first": args.focus_first, "epochs": args.epochs, "per_layout": args.per_layout, "batch": args.batch, "lr": args.lr, "seed": args.seed,
+        "last_layers": args.last_layers, "anchor_weight": args.anchor_weight, "focus_weight": args.focus_weight, "plan_share": args.plan_share, "can_weight": args.can_weight, "plant_per_layout": args.plant_per_layout, "focus_first": args.focus_first, "observed": args.observed, "epochs": args.epochs, "per_layout": args.per_layout, "batch": args.batch, "lr": args.lr, "seed": args.seed,
         "seconds": round(time.time() - t0, 1), "history": history,
     }  # fmt: skip
     (args.out / "warmstart.json").write_text(json.dumps(meta, indent=1))

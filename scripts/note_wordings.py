@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import random
 
-from empo2_studio.envs.trap import CAN, START_ROOM, TASKS, Layout, _route
+from empo2_studio.envs.trap import CAN, SIDE_ROOMS, START_ROOM, TASKS, Layout, _route
 
 FACT = (
     "I saw the {name} in the {room}.",
@@ -258,3 +258,42 @@ def observation_answer(layout: Layout, room: str | None, here: set[str]) -> str:
     if layout.task == "trap-water-plant" and CAN in here:
         note += f" The {CAN} is in the {room}."
     return note
+
+
+def observation_note(layout: Layout, rng: random.Random) -> str:
+    """A correct note in the form the shipped note writer's tips take: a sentence per room an episode stood
+    in, in the order it entered them, joined as `memory.reflection.join_observation_notes` joins them.
+    Rooms without the target get the writer's own sentence ("The X is not in the R."); the target's room
+    and the can's get a training wording (`FACT`, `CAN_FACT`), because the writer's "The X is in the R."
+    is, word for word, the held-out benchmark's facts wording, which no training note may contain. The walk starts in the hallway and enters side rooms in a random order until it has seen
+    the target (and, on trap-water-plant, the watering can), sometimes one room more.
+
+    Why: the writer's notes state "is not in" for every room searched ("The blue flower is not in the
+    bedroom. The watering can is in the bedroom."), a form the other training wordings never show. An
+    actor that reads only "where it is" can take a "not in" sentence for the place to focus
+    (docs/notebook/2026-12-05-actor-reads-writer-notes.md).
+
+    >>> from empo2_studio.envs.trap import TrapEnv
+    >>> observation_note(TrapEnv().layout("trap-light-bulb", 24), random.Random(0)).split(". ")[0]
+    'The red light bulb is not in the hallway'
+    """
+    need = {layout.target_room} | ({layout.objects[CAN]} if layout.task == "trap-water-plant" else set())
+    sides = list(SIDE_ROOMS)
+    rng.shuffle(sides)
+    rooms = [START_ROOM]
+    for room in sides:
+        if need <= set(rooms) and rng.random() < 0.7:
+            break
+        rooms.append(room)
+        if need <= set(rooms) and rng.random() < 0.7:
+            break
+    fill = {"name": layout.target, "Name": layout.target[0].upper() + layout.target[1:], "room": layout.target_room}
+    notes = []
+    for room in rooms:
+        if room != layout.target_room:
+            notes.append(f"The {layout.target} is not in the {room}.")
+        else:  # a training wording: the writer's own "The X is in the R." is the held-out set's facts wording
+            notes.append(rng.choice(FACT).format(**fill))
+        if layout.task == "trap-water-plant" and layout.objects[CAN] == room:
+            notes.append(rng.choice(CAN_FACT).format(can_room=room))
+    return " ".join(notes)

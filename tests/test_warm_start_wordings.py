@@ -170,6 +170,37 @@ def test_reflection_answers_say_what_the_episode_saw_and_share_no_sentence_with_
     assert not written & heldout, sorted(written & heldout)[:5]
 
 
+def test_observation_form_notes_give_each_room_entered_its_verdict_and_share_no_sentence_with_the_heldout_set(bench, wordings_mod):
+    env = TrapEnv()
+    lay = env.layout("trap-water-plant", 24)  # the red flower in the bedroom, the can in the hallway
+    assert (lay.target, lay.target_room, lay.objects[CAN]) == ("red flower", "bedroom", "hallway")
+    rng = random.Random(0)
+    for _ in range(50):
+        note = wordings_mod.observation_note(lay, rng)
+        parts = [p for p in re.split(r"(?<=\.) ", note)]
+        assert parts[0] == "The red flower is not in the hallway."  # every walk starts there
+        assert "hallway" in parts[1] and "can" in parts[1]  # and sees the can there
+        flower = [i for i, p in enumerate(parts) if "bedroom" in p]
+        assert len(flower) == 1 and "not" not in parts[flower[0]] and "red flower" in parts[flower[0]].lower()
+        searched = re.findall(r"The red flower is not in the (\w+)\.", note)
+        assert len(searched) == len(set(searched)) and "bedroom" not in searched  # each room once, all true
+        assert len(parts) - flower[0] - 1 <= 1  # at most one room past the last one needed
+    heldout, written = set(), set()
+    for task, ws in bench.load_wordings(HELDOUT).items():
+        for v in env.variations(task, "test"):
+            heldout |= {s for w in ws for s in sentences(bench.fill(w, task, v))}
+            written |= sentences(wordings_mod.observation_note(env.layout(task, v), rng))
+    assert not written & heldout, sorted(written & heldout)[:5]
+
+
+def test_the_observed_share_is_refused_beyond_what_the_template_and_record_lines_leave(capsys):
+    sys.path.insert(0, str(ROOT / "scripts"))
+    mw = _load(ROOT / "scripts" / "make_warmstart.py", "make_warmstart_observed")
+    with pytest.raises(SystemExit):
+        mw.main(["--recipe", "wordings", "--template", "0.25", "--observed", "0.7"])
+    assert "--observed must be a share in [0, 0.65]" in capsys.readouterr().err
+
+
 def test_a_reflection_conversation_ends_in_a_true_note_about_what_its_turns_showed():
     mw = _load(ROOT / "scripts" / "make_warmstart.py", "make_warmstart_under_test")
     rng = random.Random(4)
