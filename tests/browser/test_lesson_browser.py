@@ -36,13 +36,13 @@ def test_play_the_lesson(page, studio_url, artifacts):
     # one row per table: variation 0 and its success rate in % (the grid keeps a hidden sizing copy of
     # each row: take the visible, last match)
     for stage in ("naive", "memory", "naive_again"):
-        page.locator(f"#ls-table-{stage}").get_by_text(re.compile(r"^\d+%$")).last.wait_for(timeout=30_000)
-    page.locator("#ls-table-distill").get_by_text(re.compile(r"^(yes|no)$")).last.wait_for(timeout=30_000)
+        page.locator(f"#ls-table-{stage}").get_by_text(re.compile(r"^\d+%$")).filter(visible=True).first.wait_for(timeout=30_000)
+    page.locator("#ls-table-distill").get_by_text(re.compile(r"^(yes|no)$")).filter(visible=True).first.wait_for(timeout=30_000)
     page.locator("#ls-chart .barlayer .point").first.wait_for(timeout=30_000)
     assert page.locator("#ls-chart .barlayer .point").count() == 3
     assert "lesson-trap-light-bulb" in page.locator("#ls-session").inner_text()
     # every distill step shows, the fifth not clipped: the table needs no scrolling
-    page.locator("#ls-table-distill").get_by_text(re.compile(r"^5$")).last.wait_for(timeout=30_000)
+    page.locator("#ls-table-distill").get_by_text(re.compile(r"^5$")).filter(visible=True).first.wait_for(timeout=30_000)
     page.wait_for_timeout(500)
     clipped = page.evaluate("""() => [...document.querySelectorAll('#ls-table-distill *')]
         .filter(e => e.scrollHeight > e.clientHeight + 2 && getComputedStyle(e).overflowY.match(/auto|scroll/))
@@ -79,7 +79,7 @@ def test_race_draws_both_arms_their_evaluations_and_a_verdict(page, studio_url, 
         titles = page.evaluate("""() => [...document.querySelectorAll('#rc-chart text')]
             .filter(t => /^y\\d*title$/.test(t.getAttribute('class') || '')).map(t => t.textContent)""")
         assert titles == ["training success (%)", "training score (−100…100)", "test success, no memory (%)"]
-        page.locator("#rc-table").get_by_text("GRPO").last.wait_for(timeout=30_000)
+        page.locator("#rc-table").get_by_text("GRPO").filter(visible=True).first.wait_for(timeout=30_000)
         assert page.locator("#rc-chart text.annotation-text").count() == 0
         assert page.locator("#rc-chart .ytick text").first.text_content().endswith("%")
     finally:

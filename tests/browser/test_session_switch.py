@@ -57,7 +57,7 @@ def test_a_session_switch_renews_the_form_and_plays_that_sessions_env(page, serv
     page.wait_for_function("document.querySelector('#ep-task input').value === 'trap-light-bulb'")
     page.get_by_role("tab", name="Sessions").click()
     page.locator("#ses-refresh").click()
-    page.locator("#ses-table").get_by_text(OTHER, exact=True).last.wait_for()
+    page.locator("#ses-table").get_by_text(OTHER, exact=True).filter(visible=True).first.wait_for()
     page.locator("#ses-pick input").click()
     page.get_by_role("option", name=OTHER, exact=True).click()
     page.locator("#ses-open").click()

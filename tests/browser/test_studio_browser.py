@@ -131,7 +131,7 @@ def test_adapt_and_sessions_tabs(page, studio_url, artifacts):
 
     open_tab(page, "Sessions")
     page.locator("#ses-refresh").click()
-    page.locator("#ses-table").get_by_text("studio", exact=True).last.wait_for()
+    page.locator("#ses-table").get_by_text("studio", exact=True).filter(visible=True).first.wait_for()
     page.locator("#ses-compare").click()
     page.locator("#ses-compare-plot .scatterlayer .trace").first.wait_for()
     page.screenshot(path=str(artifacts / "tab-sessions.png"), full_page=True)
