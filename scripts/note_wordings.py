@@ -265,8 +265,12 @@ def observation_note(layout: Layout, rng: random.Random) -> str:
     in, in the order it entered them, joined as `memory.reflection.join_observation_notes` joins them.
     Rooms without the target get the writer's own sentence ("The X is not in the R."); the target's room
     and the can's get a training wording (`FACT`, `CAN_FACT`), because the writer's "The X is in the R."
-    is, word for word, the held-out benchmark's facts wording, which no training note may contain. The walk starts in the hallway and enters side rooms in a random order until it has seen
-    the target (and, on trap-water-plant, the watering can), sometimes one room more.
+    is, word for word, the held-out benchmark's facts wording, which no training note may contain.
+
+    The walk starts in the hallway and enters side rooms in a random order. Once it has seen the target
+    (and, on trap-water-plant, the watering can) it stops with probability 0.7 at each chance: right after
+    that room, else before the next one, else after it, and so on (one room more in 9 % of walks that have
+    one left, two rooms more in under 1 %).
 
     Why: the writer's notes state "is not in" for every room searched ("The blue flower is not in the
     bedroom. The watering can is in the bedroom."), a form the other training wordings never show. An

@@ -184,7 +184,12 @@ def test_observation_form_notes_give_each_room_entered_its_verdict_and_share_no_
         assert len(flower) == 1 and "not" not in parts[flower[0]] and "red flower" in parts[flower[0]].lower()
         searched = re.findall(r"The red flower is not in the (\w+)\.", note)
         assert len(searched) == len(set(searched)) and "bedroom" not in searched  # each room once, all true
-        assert len(parts) - flower[0] - 1 <= 1  # at most one room past the last one needed
+    # Past the flower's room (the last one needed here) a walk enters one room more with probability
+    # 0.3 × 0.3 = 0.09 when a side room is left, and the bedroom is the last of the shuffled four in a
+    # quarter of the walks: 0.75 × 0.09 = 0.0675.
+    past = [wordings_mod.observation_note(lay, rng) for _ in range(2000)]
+    share = sum("not in the" in re.split(r"bedroom", n, maxsplit=1)[1] for n in past) / len(past)
+    assert share == pytest.approx(0.0675, abs=0.02)
     heldout, written = set(), set()
     for task, ws in bench.load_wordings(HELDOUT).items():
         for v in env.variations(task, "test"):
