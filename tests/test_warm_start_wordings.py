@@ -177,7 +177,7 @@ def test_observation_form_notes_give_each_room_entered_its_verdict_and_share_no_
     rng = random.Random(0)
     for _ in range(50):
         note = wordings_mod.observation_note(lay, rng)
-        parts = [p for p in re.split(r"(?<=\.) ", note)]
+        parts = re.split(r"(?<=\.) ", note)
         assert parts[0] == "The red flower is not in the hallway."  # every walk starts there
         assert "hallway" in parts[1] and "can" in parts[1]  # and sees the can there
         flower = [i for i, p in enumerate(parts) if "bedroom" in p]
@@ -194,7 +194,8 @@ def test_observation_form_notes_give_each_room_entered_its_verdict_and_share_no_
     for task, ws in bench.load_wordings(HELDOUT).items():
         for v in env.variations(task, "test"):
             heldout |= {s for w in ws for s in sentences(bench.fill(w, task, v))}
-            written |= sentences(wordings_mod.observation_note(env.layout(task, v), rng))
+            for _ in range(10):
+                written |= sentences(wordings_mod.observation_note(env.layout(task, v), rng))
     assert not written & heldout, sorted(written & heldout)[:5]
 
 

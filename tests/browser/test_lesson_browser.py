@@ -34,7 +34,7 @@ def test_play_the_lesson(page, studio_url, artifacts):
     finally:
         page.screenshot(path=str(artifacts / "tab-lesson.png"), full_page=True)
     # one row per table: variation 0 and its success rate in % (the grid keeps a hidden sizing copy of
-    # each row: take the visible, last match)
+    # each row: take the visible match)
     for stage in ("naive", "memory", "naive_again"):
         page.locator(f"#ls-table-{stage}").get_by_text(re.compile(r"^\d+%$")).filter(visible=True).first.wait_for(timeout=30_000)
     page.locator("#ls-table-distill").get_by_text(re.compile(r"^(yes|no)$")).filter(visible=True).first.wait_for(timeout=30_000)

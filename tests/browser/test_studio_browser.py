@@ -19,12 +19,13 @@ def open_tab(page, name: str) -> None:
     page.get_by_role("tab", name=name).click()
 
 
-def edit_cell(page, old: str, new: str, artifacts=None) -> None:
+def edit_cell(page, old: str, new: str, artifacts) -> None:
     """Edit a tips-table cell in place, up to 3 tries. Two things have gone wrong on a loaded CI machine:
     a double click that lands while the grid is still settling does not open the editor, and after the
     filter the grid showed "1 tip(s) shown" while its visible row never appeared (240 s, twice in
     ~10 runs). So each try scrolls the grid into view and waits 60 s for the visible cell; when it does not
-    come, Refresh redraws the grid and the next try waits again."""
+    come, Refresh redraws the grid and the next try waits again. A screenshot goes to `artifacts` when
+    every try fails."""
     from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
     for _ in range(3):
@@ -45,8 +46,7 @@ def edit_cell(page, old: str, new: str, artifacts=None) -> None:
             return
         except PlaywrightTimeoutError:
             page.keyboard.press("Escape")
-    if artifacts is not None:
-        page.screenshot(path=str(artifacts / "tips-edit-failed.png"), full_page=True)
+    page.screenshot(path=str(artifacts / "tips-edit-failed.png"), full_page=True)
     raise AssertionError(f"editing the tip {old!r} never reported a save")
 
 
