@@ -29,6 +29,7 @@ def test_two_process_training_writes_one_session_and_resumes(tmp_path, capsys):
     assert ranks[0]["pid"] != ranks[1]["pid"]  # two processes ran
     assert ranks[0]["reports"] == ranks[1]["reports"] == [1, 2] and ranks[0]["modes"] == ranks[1]["modes"]
     assert ranks[0]["lora"] == ranks[1]["lora"] and ranks[0]["lora_abs"] == ranks[1]["lora_abs"]  # in sync
+    assert ranks[0]["released"] and ranks[1]["released"]  # close() unwrapped DDP before the group went
 
     session = Session.open(root, "dp")
     assert session.config.scale.processes == 2

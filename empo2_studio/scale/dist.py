@@ -8,6 +8,7 @@ the tests speak in floats and Python objects.
 
 from __future__ import annotations
 
+import gc
 from dataclasses import dataclass
 from typing import Any
 
@@ -99,6 +100,12 @@ class DistContext:
             dist.barrier()
 
     def close(self) -> None:
-        """Leave the process group (end of the run)."""
+        """Leave the process group (end of the run), once every rank got here.
+
+        The barrier keeps a rank from tearing the group down while a peer is still in a collective;
+        the collection frees the DDP wrappers `GradSync.release` let go before the group goes.
+        """
         if dist.is_initialized():
+            self.barrier()
+            gc.collect()
             dist.destroy_process_group()

@@ -74,6 +74,7 @@ class GradSync:
         self.normalizer = normalizer
         self.engine: Any = None
         self.accelerator: Any = None
+        self._target: Any = None
         self.seconds = 0.0
         self.calls = 0
         self.synced_passes = 0
@@ -104,8 +105,24 @@ class GradSync:
             raise RuntimeError(f"accelerate did not wrap the model in DDP (distributed type {self.accelerator.distributed_type})")
         engine.register_comm_hook(self, _counting_hook)
         self.engine = engine
+        self._target = target
         target.train_forward = engine
         return policy
+
+    def release(self) -> None:
+        """Unwrap the model and drop DDP and the accelerator (end of a run; idempotent).
+
+        Why: DDP's reducer holds the process group and this object (its comm-hook state). Left alive
+        until interpreter exit, gloo's threads outlive Python's finalisation and the process can abort
+        ("terminate called without an active exception"); released here, they go before
+        `DistContext.close` destroys the group.
+        """
+        if self.engine is None:
+            return
+        self._target.train_forward = None
+        if self.accelerator is not None:
+            self.accelerator.free_memory()
+        self.engine = self.accelerator = self._target = None
 
     @contextlib.contextmanager
     def micro_batch(self, last: bool) -> Iterator[None]:

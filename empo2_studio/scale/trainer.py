@@ -147,6 +147,7 @@ class DistributedTrainer(Trainer):
 
     def close(self) -> None:
         super().close()
+        self.sync.release()
         if self._pool is not None:
             self._pool.close()
             self._pool = None

@@ -42,4 +42,5 @@ own = [] if ctx.rank == 0 else mine  # rank 0 has nothing to train: its zero pas
 grads, metrics = update_gradient(policy, own, [] if ctx.rank == 0 else adv, sync, micro_batch_episodes=1)
 result["empty-rank0"], result["empty-rank0/metrics"] = grads, metrics
 torch.save(result, out / f"rank{ctx.rank}.pt")
+sync.release()
 ctx.close()

@@ -43,6 +43,7 @@ trainer.close()
 lora = torch.cat([p.detach().reshape(-1) for p in trainer.policy.trainable_parameters()])
 out = {"rank": ctx.rank, "pid": os.getpid(), "iteration": trainer.iteration, "lora": lora.double().sum().item(),
        "lora_abs": lora.double().abs().sum().item(), "reports": [r.iteration for r in reports],
-       "modes": [r.update_mode for r in reports]}
+       "modes": [r.update_mode for r in reports],
+       "released": trainer.sync.engine is None and trainer.policy.train_forward is None}
 (root / f"rank{ctx.rank}-{mode}.json").write_text(json.dumps(out))
 ctx.close()
