@@ -34,7 +34,9 @@ counts the focus step's tokens more in the note-following loss; `--plan-share` s
 notes say what to do rather than state facts only; `--answer-form rooms` writes reflection answers room by
 room (`note_wordings.rooms_answer`); for trap-water-plant's two stages, `--plant-per-layout` gives its
 layouts more conversations, `--can-weight` weights the can's pick-up like the focus, and `--focus-first`
-lets a share of its conversations focus on the flower first when a detour lands in its room. For note
+lets a share of its conversations focus on the flower first when a detour lands in its room, and
+`--return-trips` adds its train layouts whose can sits in a third room (`return_trip_layouts`), and
+`--return-weight` weights the walk back from the can like the focus (`key_turns`). For note
 writers (`--reflect-only`): `--room-questions` answers a share of the episodes with yes/no questions about
 the rooms they stood in, `--verdict-weight` counts each room's verdict more, `--context transcript`
 shows the episode as one text block instead of the conversation (docs/notebook/2026-12-04-writer-signal.md),
@@ -411,6 +413,33 @@ def weighted_nll(picked: list, focus: list[bool], focus_weight: float = 1.0) -> 
     return -(torch.cat(picked) * weights).sum() / weights.sum()
 
 
+def key_turns(turns: list, learn: list[int], key: tuple[str, ...], walk_back: bool = False) -> list[bool]:
+    """For each learned turn: whether its action is a key step that `--focus-weight` counts more. An
+    action starting with one of `key`, and with `walk_back` every move after the can's pick-up and
+    before the first focus (the walk back to the flower)."""
+    out, picked, focused = [], False, False
+    for i, (_, action, _) in enumerate(turns):
+        if i in learn:
+            out.append(action.startswith(key) or (walk_back and picked and not focused and action.startswith("go to ")))
+        picked |= action == f"pick up {CAN}"
+        focused |= action.startswith("focus on")
+    return out
+
+
+def return_trip_layouts(env: TrapEnv) -> list[int]:
+    """trap-water-plant train layouts whose watering can sits in a third room, neither the hallway nor the
+    flower's: after the pick-up the path walks back through the hallway to the flower (6 gold steps).
+    The dev split has 2 such layouts of 12 and the test split 6, so without these the walk back is the
+    step the adapter has seen least. The first train layout is left out: `evaluation.adapt` plays it."""
+    task = "trap-water-plant"
+    out = []
+    for v in env.variations(task, "train")[1:]:
+        lay = env.layout(task, v)
+        if lay.objects[CAN] not in (START_ROOM, lay.target_room):
+            out.append(v)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
@@ -437,6 +466,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--focus-first", type=float, default=0.0,
                     help="share of water-plant conversations that, standing in the flower's room without the can, "
                          "focus first and fetch the can after (next_action)")
+    ap.add_argument("--return-trips", action="store_true",
+                    help="add trap-water-plant's train layouts whose can sits in a third room (return_trip_layouts), "
+                         "so the walk back to the flower after the pick-up is learned on more than the 2 dev layouts")
+    ap.add_argument("--return-weight", action="store_true",
+                    help="count the moves between the can's pick-up and the first focus as key steps, weighted "
+                         "like the focus (--focus-weight; key_turns)")
     ap.add_argument("--observed", type=float, default=0.0,
                     help="wordings recipe: share of notes in the note writer's form, a sentence per room searched "
                          "(note_wordings.observation_note)")
@@ -467,6 +502,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--reflect must be ≥ 0 (reflection conversations per note-following one), got {args.reflect}")
     if not 0 <= args.observed <= 1 - args.template - 0.1:
         ap.error(f"--observed must be a share in [0, {1 - args.template - 0.1:.2f}] (1 - --template - 0.1 for record lines), got {args.observed}")
+    if args.return_trips and "train" in args.splits:
+        ap.error("--return-trips adds train layouts; with --splits train they are already in")
     if not 0 <= args.plan_share <= 1:
         ap.error(f"--plan-share must be a share in [0, 1], got {args.plan_share}")
     if args.focus_weight <= 0:
@@ -494,6 +531,8 @@ def main(argv: list[str] | None = None) -> int:
     # The search family's layouts only: no fixed-family layout (its train and test layouts are the race's).
     layouts = [(t, v) for t in TASKS if TASKS[t].family == "search" for split in args.splits for v in env.variations(t, split)]
 
+    returns = [("trap-water-plant", v) for v in return_trip_layouts(env)] if args.return_trips else []
+
     def per_layout(task: str) -> int:
         return args.plant_per_layout if task == "trap-water-plant" and args.plant_per_layout else args.per_layout
 
@@ -509,7 +548,7 @@ def main(argv: list[str] | None = None) -> int:
         follow = not args.reflect_only
         data = [conversation(t, v, rng, recipe=args.recipe, template=args.template, plan=args.plan_share,
                              focus_first=focus_first(t), observed=args.observed)
-                for t, v in layouts for _ in range(per_layout(t))] if follow else []  # fmt: skip
+                for t, v in layouts + returns for _ in range(per_layout(t))] if follow else []  # fmt: skip
         rng.shuffle(data)
         anchors = [anchor_conversation(t, v, rng) for t, v in layouts for _ in range(args.per_layout)] if follow else []
         rng.shuffle(anchors)
@@ -529,7 +568,7 @@ def main(argv: list[str] | None = None) -> int:
                 convs = [[Turn(u, fmt.encode(a) + (fmt.eot_id,), valid) for u, a, valid in turns] for turns, _ in batch]
                 logps = policy.score(convs)
                 picked = [logps[c][i] for c, (_, learn) in enumerate(batch) for i in learn]
-                focus = [turns[i][1].startswith(key) for turns, learn in batch for i in learn]
+                focus = [k for turns, learn in batch for k in key_turns(turns, learn, key, args.return_weight)]
                 nll = weighted_nll(picked, focus, args.focus_weight)
                 acc = float(torch.stack([p.sum() for p in picked]).exp().mean())
                 kls = []
@@ -575,11 +614,13 @@ def main(argv: list[str] | None = None) -> int:
            "from scripts/note_wordings.py, plans shown whole or cut by remaining_plan)")
         + (f", the reflection prompt answered with a true note about the episode ({args.reflect:g} per "
            "note-following conversation)" if args.reflect and not args.reflect_only else "")
+        + (f", plus trap-water-plant train layouts {[v for _, v in returns]} for the walk back from the can's room "
+           "(--return-trips)" if returns else "")
         + ("" if args.reflect_only else " and note-free random walks (KL to the base model)"),
         "envs": ["trap"], "recipe": args.recipe, "splits": args.splits, "template_share": args.template, "reflect": args.reflect,
         "reflect_only": args.reflect_only, "pass_by": args.pass_by, "answer_form": args.answer_form,
         "room_questions": args.room_questions, "verdict_weight": args.verdict_weight, "context": args.context,
-        "last_layers": args.last_layers, "anchor_weight": args.anchor_weight, "focus_weight": args.focus_weight, "plan_share": args.plan_share, "can_weight": args.can_weight, "plant_per_layout": args.plant_per_layout, "focus_first": args.focus_first, "observed": args.observed, "epochs": args.epochs, "per_layout": args.per_layout, "batch": args.batch, "lr": args.lr, "seed": args.seed,
+        "last_layers": args.last_layers, "anchor_weight": args.anchor_weight, "focus_weight": args.focus_weight, "plan_share": args.plan_share, "can_weight": args.can_weight, "plant_per_layout": args.plant_per_layout, "focus_first": args.focus_first, "observed": args.observed, "return_trips": return_trip_layouts(env) if args.return_trips else [], "return_weight": args.return_weight, "epochs": args.epochs, "per_layout": args.per_layout, "batch": args.batch, "lr": args.lr, "seed": args.seed,
         "seconds": round(time.time() - t0, 1), "history": history,
     }  # fmt: skip
     (args.out / "warmstart.json").write_text(json.dumps(meta, indent=1))

@@ -387,3 +387,39 @@ def test_a_transcript_reflection_is_one_message_and_counts_the_room_the_last_act
     assert len(conv) == 1 and list(learned) == [0]
     assert conv[0].user_text.startswith("Task: ") and conv[0].user_text.endswith(mw.TIP_INSTRUCTION)
     assert "Notes from your earlier attempts" not in conv[0].user_text
+
+
+def test_return_trips_are_train_layouts_whose_can_sits_in_a_third_room_never_the_adapted_one(capsys):
+    mw = _load(ROOT / "scripts" / "make_warmstart.py", "make_warmstart_under_test")
+    env, task = TrapEnv(), "trap-water-plant"
+
+    def third_room(v: int) -> bool:
+        lay = env.layout(task, v)
+        return lay.objects[CAN] not in ("hallway", lay.target_room)
+
+    got = mw.return_trip_layouts(env)
+    assert len(got) == 7 and all(v in env.variations(task, "train") and third_room(v) for v in got)
+    first = env.variations(task, "train")[0]  # evaluation.adapt's layout: a third-room layout, left out
+    assert third_room(first) and first not in got
+    assert sum(map(third_room, env.variations(task, "dev"))) == 2  # why the option exists (docstring)
+    for v in got:  # each one's gold path walks back through the hallway after the pick-up
+        gold = env.gold_path(task, v)
+        assert len(gold) == 6 and gold[1:3] == [f"pick up {CAN}", "go to hallway"]
+    with pytest.raises(SystemExit):
+        mw.main(["--return-trips", "--splits", "dev", "train", "--out", "/nonexistent"])
+    assert "--return-trips adds train layouts" in capsys.readouterr().err
+
+
+def test_the_walk_back_counts_as_a_key_step_only_between_the_pick_up_and_the_focus():
+    mw = _load(ROOT / "scripts" / "make_warmstart.py", "make_warmstart_under_test")
+    # Layout 31 by hand: a detour, the can in the greenhouse, the red flower in the kitchen.
+    actions = ["look around", "go to greenhouse", f"pick up {CAN}", "go to hallway", "go to kitchen",
+               "focus on red flower", "water red flower"]
+    turns, learn = [("u", a, ()) for a in actions], [1, 2, 3, 4, 5, 6]  # the detour (turn 0) is not learned
+    assert mw.key_turns(turns, learn, ("focus on",)) == [False, False, False, False, True, False]
+    assert mw.key_turns(turns, learn, ("focus on",), walk_back=True) == [False, False, True, True, True, False]
+    can = ("focus on", f"pick up {CAN}")
+    assert mw.key_turns(turns, learn, can, walk_back=True) == [False, True, True, True, True, False]
+    # No pick-up (light bulb): the flag changes nothing.
+    bulb = [("u", a, ()) for a in ("go to hallway", "go to kitchen", "focus on red light bulb")]
+    assert mw.key_turns(bulb, [0, 1, 2], ("focus on",), walk_back=True) == [False, False, True]
