@@ -22,6 +22,11 @@ after it (the stored tip's order before 2026-12-04) or before it (`memory.reflec
 Part "bad": the template with the target's room replaced by a wrong one, played as the rollout shows
 notes: does the agent follow the note (goes to the named room) or ignore it?
 
+Part "negation": does the policy read "not"? Standing in a side room the note rules out (the note
+writer's own sentences: "The X is not in the hallway. The X is not in the R."), the probability it
+gives to focusing on anything there, over the step's valid actions, against no note and against the
+same note with the target's room added. Two such rooms per test layout.
+
 Part "write": does the policy's own note state what its episode found? Episodes played with no note
 (mostly failed) and with the template pinned (mostly won), then the note the policy writes after each,
 asked as training asks (`memory.reflection`: `TIP_INSTRUCTION` after the episode's conversation,
@@ -292,6 +297,53 @@ def part_bad(args, policy, wordings) -> tuple[list[str], dict]:
         for row, rates in out[task].items():
             lines.append(f"| {task} | {row} | " + " | ".join(f"{r:.2f}" for r in rates) + " |")
             print(lines[-1], flush=True)
+    return lines, out
+
+
+NEGATION_ROWS = ("no note", "rules the room out", "rules it out, names the target's room")
+
+
+def negation_notes(task: str, variation: int, room: str) -> dict[str, str | None]:
+    """Row → note for part "negation" while standing in `room` (a side room without the target): the
+    note writer's own sentences (`memory.reflection.write_observation_notes` joins one per room)."""
+    lay = TrapEnv().layout(task, variation)
+    out = f"The {lay.target} is not in the {START_ROOM}. The {lay.target} is not in the {room}."
+    return dict(zip(NEGATION_ROWS, (None, out, f"{out} The {lay.target} is in the {lay.target_room}."), strict=True))
+
+
+def part_negation(args, policy, wordings) -> tuple[list[str], dict]:
+    """P(focus on anything | in a room the note rules out), renormalised over the valid actions: a
+    reader of "not" leaves the room (no note: the untrained reflex there)."""
+    fmt = policy.chat_format
+    lines = [
+        f"### Reading \"not\": P(focus on anything | in a side room the note rules out), test variations "
+        f"{args.variations}, two such rooms each, T = 1",
+        "",
+        "| task | " + " | ".join(NEGATION_ROWS) + " |",
+        "|---|" + "---|" * len(NEGATION_ROWS),
+    ]
+    out: dict = {}
+    for task in args.tasks:
+        per: dict[str, list[float]] = {row: [] for row in NEGATION_ROWS}
+        for v in args.variations:
+            lay = TrapEnv().layout(task, v)
+            for room in [r for r in SIDE_ROOMS if r != lay.target_room][:2]:
+                for row, note in negation_notes(task, v, room).items():
+                    env = TrapEnv()
+                    first = env.reset(task, v)
+                    obs = env.step(f"go to {room}").observation
+                    tips = [RetrievedTip("note", note, 0.0, 1.0)] if note else []
+                    t0 = Turn(prompts.with_tips(prompts.first_user_message("trap", first, ()), tips, "compact"),
+                              fmt.encode(f"go to {room}") + (fmt.eot_id,), first.valid_actions)  # fmt: skip
+                    user = prompts.with_tips(prompts.step_user_message(obs, "trap"), tips, "compact")
+                    convs = [[t0, Turn(user, fmt.encode(a) + (fmt.eot_id,), obs.valid_actions)] for a in obs.valid_actions]
+                    with torch.no_grad():
+                        p = [float(lps[1].sum().exp()) for lps in policy.score(convs)]
+                    focus = sum(q for a, q in zip(obs.valid_actions, p, strict=True) if a.startswith("focus on"))
+                    per[row].append(focus / sum(p))
+        out[task] = {row: statistics.mean(ps) for row, ps in per.items()}
+        lines.append(f"| {task} | " + " | ".join(f"{out[task][row]:.2f}" for row in NEGATION_ROWS) + " |")
+        print(lines[-1], flush=True)
     return lines, out
 
 
@@ -615,7 +667,7 @@ def part_ask(args, policy, wordings) -> tuple[list[str], dict]:
 
 
 PARTS = {"probs": part_probs, "play": part_play, "bad": part_bad, "order": part_order, "write": part_write,
-         "room": part_room, "ask": part_ask, "observe": part_observe}
+         "room": part_room, "ask": part_ask, "observe": part_observe, "negation": part_negation}
 
 
 def new_run_dir(parent: Path) -> Path:

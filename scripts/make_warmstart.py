@@ -36,7 +36,9 @@ room (`note_wordings.rooms_answer`); for trap-water-plant's two stages, `--plant
 layouts more conversations, `--can-weight` weights the can's pick-up like the focus, and `--focus-first`
 lets a share of its conversations focus on the flower first when a detour lands in its room, and
 `--return-trips` adds its train layouts whose can sits in a third room (`return_trip_layouts`), and
-`--return-weight` weights the walk back from the can like the focus (`key_turns`). For note
+`--return-weight` weights the walk back from the can like the focus (`key_turns`). `--negation` gives a
+share of the conversations a note that only rules rooms out, and starts them in one of those rooms
+(`note_wordings.negation_note`). For note
 writers (`--reflect-only`): `--room-questions` answers a share of the episodes with yes/no questions about
 the rooms they stood in, `--verdict-weight` counts each room's verdict more, `--context transcript`
 shows the episode as one text block instead of the conversation (docs/notebook/2026-12-04-writer-signal.md),
@@ -74,7 +76,7 @@ from empo2_studio.policy import Turn, prompts  # noqa: E402
 from empo2_studio.types import RetrievedTip  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "scripts"))
-from note_wordings import observation_answer, observation_note, reflection_answer, training_note  # noqa: E402
+from note_wordings import negation_note, observation_answer, observation_note, reflection_answer, training_note  # noqa: E402
 
 DEFAULT_OUT = ROOT / "assets" / "warmstart" / EMBEDDED_MODEL
 
@@ -170,9 +172,12 @@ def anchor_conversation(task: str, variation: int, rng: random.Random, step_limi
 
 
 def conversation(task: str, variation: int, rng: random.Random, step_limit: int = 8, recipe: str = "shipped", template: float = 0.25,
-                 plan: float = 0.55, focus_first: bool = False, observed: float = 0.0) -> tuple[list[Turn], list[int]]:  # fmt: skip
+                 plan: float = 0.55, focus_first: bool = False, observed: float = 0.0, negation: bool = False,
+                 ) -> tuple[list[Turn], list[int]]:  # fmt: skip
     """A note-following episode as policy turns, and the indices of the turns to learn from
-    (`focus_first`: see `next_action`)."""
+    (`focus_first`: see `next_action`). With `negation` the only note rules rooms out
+    (`note_wordings.negation_note`) and the episode's first move, not learned, enters one of them: the
+    turns learned from there leave it."""
     from empo2_studio.policy.tokens import ChatFormat  # noqa: F401  (format comes from the policy)
 
     env = TrapEnv(step_limit=step_limit)
@@ -185,11 +190,17 @@ def conversation(task: str, variation: int, rng: random.Random, step_limit: int 
     if recipe == "wordings":
         wander = rng.randint(1, step_limit - 2) if rng.random() < 0.3 else -1  # one detour later in the path
         progress = rng.random() < 0.5  # plans shown from their first unplayed step (remaining_plan) or whole
+    ruled_in: str | None = None
+    if negation:
+        text, ruled = negation_note(env.layout(task, variation), rng)
+        tips, detours, wander, ruled_in = [RetrievedTip("n0", text, 100.0, 1.0)], 1, -1, rng.choice(ruled)
     turns: list[tuple[str, str, tuple[str, ...]]] = []
     learn: list[int] = []
     for i in range(step_limit):
         user = prompts.first_user_message("trap", obs, ()) if i == 0 else prompts.step_user_message(obs, "trap")
-        if i < detours or i == wander:
+        if i < detours and ruled_in is not None:
+            action = f"go to {ruled_in}"  # the hallway opens on every side room
+        elif i < detours or i == wander:
             safe = [a for a in obs.valid_actions if a.startswith("go to") or a == "look around"]
             action = rng.choice(safe)
         else:
@@ -472,6 +483,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--return-weight", action="store_true",
                     help="count the moves between the can's pick-up and the first focus as key steps, weighted "
                          "like the focus (--focus-weight; key_turns)")
+    ap.add_argument("--negation", type=float, default=0.0,
+                    help="share of note-following conversations whose only note rules rooms out, in the note writer's "
+                         "sentences, and that start by entering one of them (note_wordings.negation_note)")
     ap.add_argument("--observed", type=float, default=0.0,
                     help="wordings recipe: share of notes in the note writer's form, a sentence per room searched "
                          "(note_wordings.observation_note)")
@@ -504,6 +518,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--observed must be a share in [0, {1 - args.template - 0.1:.2f}] (1 - --template - 0.1 for record lines), got {args.observed}")
     if args.return_trips and "train" in args.splits:
         ap.error("--return-trips adds train layouts; with --splits train they are already in")
+    if not 0 <= args.negation <= 1:
+        ap.error(f"--negation must be a share in [0, 1], got {args.negation}")
     if not 0 <= args.plan_share <= 1:
         ap.error(f"--plan-share must be a share in [0, 1], got {args.plan_share}")
     if args.focus_weight <= 0:
@@ -536,6 +552,9 @@ def main(argv: list[str] | None = None) -> int:
     def per_layout(task: str) -> int:
         return args.plant_per_layout if task == "trap-water-plant" and args.plant_per_layout else args.per_layout
 
+    def negation(task: str) -> bool:  # draws only when the option is on, as focus_first
+        return args.negation > 0 and rng.random() < args.negation
+
     def focus_first(task: str) -> bool:  # draws only when the option is on: the default data stream stays as it was
         return args.focus_first > 0 and task == "trap-water-plant" and rng.random() < args.focus_first
 
@@ -547,7 +566,7 @@ def main(argv: list[str] | None = None) -> int:
     for epoch in range(args.epochs):
         follow = not args.reflect_only
         data = [conversation(t, v, rng, recipe=args.recipe, template=args.template, plan=args.plan_share,
-                             focus_first=focus_first(t), observed=args.observed)
+                             focus_first=focus_first(t), observed=args.observed, negation=negation(t))
                 for t, v in layouts + returns for _ in range(per_layout(t))] if follow else []  # fmt: skip
         rng.shuffle(data)
         anchors = [anchor_conversation(t, v, rng) for t, v in layouts for _ in range(args.per_layout)] if follow else []
@@ -620,7 +639,7 @@ def main(argv: list[str] | None = None) -> int:
         "envs": ["trap"], "recipe": args.recipe, "splits": args.splits, "template_share": args.template, "reflect": args.reflect,
         "reflect_only": args.reflect_only, "pass_by": args.pass_by, "answer_form": args.answer_form,
         "room_questions": args.room_questions, "verdict_weight": args.verdict_weight, "context": args.context,
-        "last_layers": args.last_layers, "anchor_weight": args.anchor_weight, "focus_weight": args.focus_weight, "plan_share": args.plan_share, "can_weight": args.can_weight, "plant_per_layout": args.plant_per_layout, "focus_first": args.focus_first, "observed": args.observed, "return_trips": return_trip_layouts(env) if args.return_trips else [], "return_weight": args.return_weight, "epochs": args.epochs, "per_layout": args.per_layout, "batch": args.batch, "lr": args.lr, "seed": args.seed,
+        "last_layers": args.last_layers, "anchor_weight": args.anchor_weight, "focus_weight": args.focus_weight, "plan_share": args.plan_share, "can_weight": args.can_weight, "plant_per_layout": args.plant_per_layout, "focus_first": args.focus_first, "observed": args.observed, "return_trips": return_trip_layouts(env) if args.return_trips else [], "return_weight": args.return_weight, "negation": args.negation, "epochs": args.epochs, "per_layout": args.per_layout, "batch": args.batch, "lr": args.lr, "seed": args.seed,
         "seconds": round(time.time() - t0, 1), "history": history,
     }  # fmt: skip
     (args.out / "warmstart.json").write_text(json.dumps(meta, indent=1))

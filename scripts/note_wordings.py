@@ -301,3 +301,31 @@ def observation_note(layout: Layout, rng: random.Random) -> str:
         if layout.task == "trap-water-plant" and layout.objects[CAN] == room:
             notes.append(rng.choice(CAN_FACT).format(can_room=room))
     return " ".join(notes)
+
+
+def negation_note(layout: Layout, rng: random.Random) -> tuple[str, list[str]]:
+    """A note that rules rooms out in the note writer's own sentences, and the side rooms it rules out.
+
+    "The X is not in the hallway." and the same for one or two side rooms without the target; half the
+    time the target's room follows in a training wording (`FACT`), and on trap-water-plant half the
+    time the can's room (`CAN_FACT`, when it is not the hallway). The other half states no room for the
+    target: the agent has to search the rooms not ruled out.
+
+    Why: the plain-words actor gives a ruled-out room the focus it should give the target's room (P(focus
+    on anything | in a room the note rules out) 0.93-0.94 against 0.00 without a note; bench_notes
+    --parts negation): it reads "The X is not in the R." as where X is.
+
+    >>> from empo2_studio.envs.trap import TrapEnv
+    >>> note, out = negation_note(TrapEnv().layout("trap-light-bulb", 24), random.Random(1))
+    >>> note.split(". ")[0], all(f"not in the {r}" in note for r in out)
+    ('The red light bulb is not in the hallway', True)
+    """
+    others = [r for r in SIDE_ROOMS if r != layout.target_room]
+    ruled = rng.sample(others, rng.choice((1, 2)))
+    notes = [f"The {layout.target} is not in the {room}." for room in (START_ROOM, *ruled)]
+    if rng.random() < 0.5:
+        fill = {"name": layout.target, "Name": layout.target[0].upper() + layout.target[1:], "room": layout.target_room}
+        notes.append(rng.choice(FACT).format(**fill))
+    if layout.task == "trap-water-plant" and layout.objects[CAN] != START_ROOM and rng.random() < 0.5:
+        notes.append(rng.choice(CAN_FACT).format(can_room=layout.objects[CAN]))
+    return " ".join(notes), ruled

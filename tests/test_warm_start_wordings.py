@@ -423,3 +423,39 @@ def test_the_walk_back_counts_as_a_key_step_only_between_the_pick_up_and_the_foc
     # No pick-up (light bulb): the flag changes nothing.
     bulb = [("u", a, ()) for a in ("go to hallway", "go to kitchen", "focus on red light bulb")]
     assert mw.key_turns(bulb, [0, 1, 2], ("focus on",), walk_back=True) == [False, False, True]
+
+
+def test_the_negation_probe_rules_out_the_room_it_stands_in_in_the_writers_own_sentences(bench):
+    # Layout 36 of trap-light-bulb by hand: the green light bulb, in the greenhouse.
+    notes = bench.negation_notes("trap-light-bulb", 36, "kitchen")
+    out = "The green light bulb is not in the hallway. The green light bulb is not in the kitchen."
+    assert notes == {"no note": None, "rules the room out": out,
+                     "rules it out, names the target's room": out + " The green light bulb is in the greenhouse."}
+    assert "negation" in bench.PARTS
+
+
+def test_negation_conversations_enter_a_ruled_out_room_first_and_learn_to_leave_it(bench, wordings_mod):
+    mw = _load(ROOT / "scripts" / "make_warmstart.py", "make_warmstart_under_test")
+    env = TrapEnv()
+    for task in SEARCH:
+        for v in (24, 30, 35):
+            lay = env.layout(task, v)
+            turns, learn = mw.conversation(task, v, random.Random(v), recipe="wordings", negation=True)
+            note = turns[0][0].split("Notes from your earlier attempts:\n- ")[1]
+            ruled = re.findall(rf"The {lay.target} is not in the (\w+)\.", note)
+            assert ruled[0] == "hallway" and lay.target_room not in ruled and 2 <= len(ruled) <= 3
+            entered = turns[0][1].removeprefix("go to ")
+            assert entered in ruled[1:] and learn[0] == 1  # the first move enters a ruled-out room, not learned
+            env.reset(task, v)
+            env.step(turns[0][1])
+            assert turns[1][1] == mw.next_action(env)  # from there, the teacher's way on
+            assert not turns[1][1].startswith("focus on")  # never a focus in a room the note rules out
+    heldout, written, rng = set(), set(), random.Random(0)
+    for task, ws in bench.load_wordings(HELDOUT).items():
+        for v in env.variations(task, "test"):
+            heldout |= {s for w in ws for s in sentences(bench.fill(w, task, v))}
+            for _ in range(10):
+                written |= sentences(wordings_mod.negation_note(env.layout(task, v), rng)[0])
+    assert not written & heldout, sorted(written & heldout)[:5]
+    with pytest.raises(SystemExit):
+        mw.main(["--negation", "1.5", "--out", "/nonexistent"])
