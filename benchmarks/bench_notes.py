@@ -328,10 +328,10 @@ def part_negation(args, policy, wordings) -> tuple[list[str], dict]:
         for v in args.variations:
             lay = TrapEnv().layout(task, v)
             for room in [r for r in SIDE_ROOMS if r != lay.target_room][:2]:
+                env = TrapEnv()
+                first = env.reset(task, v)
+                obs = env.step(f"go to {room}").observation
                 for row, note in negation_notes(task, v, room).items():
-                    env = TrapEnv()
-                    first = env.reset(task, v)
-                    obs = env.step(f"go to {room}").observation
                     tips = [RetrievedTip("note", note, 0.0, 1.0)] if note else []
                     t0 = Turn(prompts.with_tips(prompts.first_user_message("trap", first, ()), tips, "compact"),
                               fmt.encode(f"go to {room}") + (fmt.eot_id,), first.valid_actions)  # fmt: skip

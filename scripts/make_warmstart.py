@@ -34,8 +34,8 @@ counts the focus step's tokens more in the note-following loss; `--plan-share` s
 notes say what to do rather than state facts only; `--answer-form rooms` writes reflection answers room by
 room (`note_wordings.rooms_answer`); for trap-water-plant's two stages, `--plant-per-layout` gives its
 layouts more conversations, `--can-weight` weights the can's pick-up like the focus, and `--focus-first`
-lets a share of its conversations focus on the flower first when a detour lands in its room, and
-`--return-trips` adds its train layouts whose can sits in a third room (`return_trip_layouts`), and
+lets a share of its conversations focus on the flower first when a detour lands in its room;
+`--return-trips` adds its train layouts whose can sits in a third room (`return_trip_layouts`) and
 `--return-weight` weights the walk back from the can like the focus (`key_turns`). `--negation` gives a
 share of the conversations a note that only rules rooms out, and starts them in one of those rooms
 (`note_wordings.negation_note`). For note
@@ -552,7 +552,7 @@ def main(argv: list[str] | None = None) -> int:
     def per_layout(task: str) -> int:
         return args.plant_per_layout if task == "trap-water-plant" and args.plant_per_layout else args.per_layout
 
-    def negation(task: str) -> bool:  # draws only when the option is on, as focus_first
+    def negation() -> bool:  # draws only when the option is on, as focus_first
         return args.negation > 0 and rng.random() < args.negation
 
     def focus_first(task: str) -> bool:  # draws only when the option is on: the default data stream stays as it was
@@ -566,7 +566,7 @@ def main(argv: list[str] | None = None) -> int:
     for epoch in range(args.epochs):
         follow = not args.reflect_only
         data = [conversation(t, v, rng, recipe=args.recipe, template=args.template, plan=args.plan_share,
-                             focus_first=focus_first(t), observed=args.observed, negation=negation(t))
+                             focus_first=focus_first(t), observed=args.observed, negation=negation())
                 for t, v in layouts + returns for _ in range(per_layout(t))] if follow else []  # fmt: skip
         rng.shuffle(data)
         anchors = [anchor_conversation(t, v, rng) for t, v in layouts for _ in range(args.per_layout)] if follow else []
@@ -639,7 +639,7 @@ def main(argv: list[str] | None = None) -> int:
         "envs": ["trap"], "recipe": args.recipe, "splits": args.splits, "template_share": args.template, "reflect": args.reflect,
         "reflect_only": args.reflect_only, "pass_by": args.pass_by, "answer_form": args.answer_form,
         "room_questions": args.room_questions, "verdict_weight": args.verdict_weight, "context": args.context,
-        "last_layers": args.last_layers, "anchor_weight": args.anchor_weight, "focus_weight": args.focus_weight, "plan_share": args.plan_share, "can_weight": args.can_weight, "plant_per_layout": args.plant_per_layout, "focus_first": args.focus_first, "observed": args.observed, "return_trips": return_trip_layouts(env) if args.return_trips else [], "return_weight": args.return_weight, "negation": args.negation, "epochs": args.epochs, "per_layout": args.per_layout, "batch": args.batch, "lr": args.lr, "seed": args.seed,
+        "last_layers": args.last_layers, "anchor_weight": args.anchor_weight, "focus_weight": args.focus_weight, "plan_share": args.plan_share, "can_weight": args.can_weight, "plant_per_layout": args.plant_per_layout, "focus_first": args.focus_first, "observed": args.observed, "return_trips": [v for _, v in returns], "return_weight": args.return_weight, "negation": args.negation, "epochs": args.epochs, "per_layout": args.per_layout, "batch": args.batch, "lr": args.lr, "seed": args.seed,
         "seconds": round(time.time() - t0, 1), "history": history,
     }  # fmt: skip
     (args.out / "warmstart.json").write_text(json.dumps(meta, indent=1))

@@ -260,6 +260,12 @@ def observation_answer(layout: Layout, room: str | None, here: set[str]) -> str:
     return note
 
 
+def target_fact(layout: Layout, rng: random.Random) -> str:
+    """Where the target is, in a random training wording (`FACT`), under its full name."""
+    name = layout.target
+    return rng.choice(FACT).format(name=name, Name=name[0].upper() + name[1:], room=layout.target_room)
+
+
 def observation_note(layout: Layout, rng: random.Random) -> str:
     """A correct note in the form the shipped note writer's tips take: a sentence per room an episode stood
     in, in the order it entered them, joined as `memory.reflection.join_observation_notes` joins them.
@@ -291,13 +297,12 @@ def observation_note(layout: Layout, rng: random.Random) -> str:
         rooms.append(room)
         if need <= set(rooms) and rng.random() < 0.7:
             break
-    fill = {"name": layout.target, "Name": layout.target[0].upper() + layout.target[1:], "room": layout.target_room}
     notes = []
     for room in rooms:
         if room != layout.target_room:
             notes.append(f"The {layout.target} is not in the {room}.")
         else:  # a training wording: the writer's own "The X is in the R." is the held-out set's facts wording
-            notes.append(rng.choice(FACT).format(**fill))
+            notes.append(target_fact(layout, rng))
         if layout.task == "trap-water-plant" and layout.objects[CAN] == room:
             notes.append(rng.choice(CAN_FACT).format(can_room=room))
     return " ".join(notes)
@@ -312,7 +317,7 @@ def negation_note(layout: Layout, rng: random.Random) -> tuple[str, list[str]]:
     target: the agent has to search the rooms not ruled out.
 
     Why: the plain-words actor gives a ruled-out room the focus it should give the target's room (P(focus
-    on anything | in a room the note rules out) 0.93-0.94 against 0.00 without a note; bench_notes
+    on anything | in a room the note rules out) 0.94-0.95 against 0.00 without a note; bench_notes
     --parts negation): it reads "The X is not in the R." as where X is.
 
     >>> from empo2_studio.envs.trap import TrapEnv
@@ -324,8 +329,7 @@ def negation_note(layout: Layout, rng: random.Random) -> tuple[str, list[str]]:
     ruled = rng.sample(others, rng.choice((1, 2)))
     notes = [f"The {layout.target} is not in the {room}." for room in (START_ROOM, *ruled)]
     if rng.random() < 0.5:
-        fill = {"name": layout.target, "Name": layout.target[0].upper() + layout.target[1:], "room": layout.target_room}
-        notes.append(rng.choice(FACT).format(**fill))
+        notes.append(target_fact(layout, rng))
     if layout.task == "trap-water-plant" and layout.objects[CAN] != START_ROOM and rng.random() < 0.5:
         notes.append(rng.choice(CAN_FACT).format(can_room=layout.objects[CAN]))
     return " ".join(notes), ruled

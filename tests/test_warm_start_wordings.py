@@ -43,6 +43,12 @@ def sentences(text: str) -> set[str]:
     return {s.strip().lower() for s in re.split(r"(?<=[.?!])\s+|\n", text) if s.strip()}
 
 
+def heldout_sentences(bench, env: TrapEnv) -> set[str]:
+    """Every sentence of the held-out wordings, filled for every test layout of their tasks."""
+    return {s for task, ws in bench.load_wordings(HELDOUT).items() for v in env.variations(task, "test")
+            for w in ws for s in sentences(bench.fill(w, task, v))}
+
+
 def test_the_training_script_never_names_the_heldout_file():
     # the script and every project file it loads by path (its scripts/ neighbour) or imports from the
     # package: none mentions the held-out file or the benchmarks' data folder
@@ -96,11 +102,7 @@ def test_order_part_scores_the_record_of_a_winning_episode(bench):
 
 def test_training_wordings_share_no_sentence_with_the_heldout_set(bench, wordings_mod):
     env = TrapEnv()
-    heldout: set[str] = set()
-    for task, ws in bench.load_wordings(HELDOUT).items():
-        for v in env.variations(task, "test"):
-            for w in ws:
-                heldout |= sentences(bench.fill(w, task, v))
+    heldout = heldout_sentences(bench, env)
     rng = random.Random(0)
     trained: set[str] = set()
     for task in SEARCH:
@@ -161,10 +163,10 @@ def test_reflection_answers_say_what_the_episode_saw_and_share_no_sentence_with_
     can = TrapEnv().layout("trap-water-plant", 24)
     assert "watering can stood in the hallway" in " ".join(
         wordings_mod.reflection_answer(can, ["hallway", "kitchen"], "hallway", random.Random(s)) for s in range(10))
-    env, heldout, written = TrapEnv(), set(), set()
-    for task, ws in bench.load_wordings(HELDOUT).items():
+    env, written = TrapEnv(), set()
+    heldout = heldout_sentences(bench, env)
+    for task in bench.load_wordings(HELDOUT):
         for v in env.variations(task, "test"):
-            heldout |= {s for w in ws for s in sentences(bench.fill(w, task, v))}
             for rooms in (["hallway"], ["hallway", env.layout(task, v).target_room], ["hallway", "kitchen", "bedroom"]):
                 written |= sentences(wordings_mod.reflection_answer(env.layout(task, v), rooms, "hallway", rng))
     assert not written & heldout, sorted(written & heldout)[:5]
@@ -190,10 +192,9 @@ def test_observation_form_notes_give_each_room_entered_its_verdict_and_share_no_
     past = [wordings_mod.observation_note(lay, rng) for _ in range(2000)]
     share = sum("not in the" in re.split(r"bedroom", n, maxsplit=1)[1] for n in past) / len(past)
     assert share == pytest.approx(0.0675, abs=0.02)
-    heldout, written = set(), set()
-    for task, ws in bench.load_wordings(HELDOUT).items():
+    heldout, written = heldout_sentences(bench, env), set()
+    for task in bench.load_wordings(HELDOUT):
         for v in env.variations(task, "test"):
-            heldout |= {s for w in ws for s in sentences(bench.fill(w, task, v))}
             for _ in range(10):
                 written |= sentences(wordings_mod.observation_note(env.layout(task, v), rng))
     assert not written & heldout, sorted(written & heldout)[:5]
@@ -450,10 +451,9 @@ def test_negation_conversations_enter_a_ruled_out_room_first_and_learn_to_leave_
             env.step(turns[0][1])
             assert turns[1][1] == mw.next_action(env)  # from there, the teacher's way on
             assert not turns[1][1].startswith("focus on")  # never a focus in a room the note rules out
-    heldout, written, rng = set(), set(), random.Random(0)
-    for task, ws in bench.load_wordings(HELDOUT).items():
+    heldout, written, rng = heldout_sentences(bench, env), set(), random.Random(0)
+    for task in bench.load_wordings(HELDOUT):
         for v in env.variations(task, "test"):
-            heldout |= {s for w in ws for s in sentences(bench.fill(w, task, v))}
             for _ in range(10):
                 written |= sentences(wordings_mod.negation_note(env.layout(task, v), rng)[0])
     assert not written & heldout, sorted(written & heldout)[:5]
