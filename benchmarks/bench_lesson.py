@@ -369,7 +369,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="a tip is written after the whole episode or per observation (memory.note_context; auto: as the writer was trained)")
     ap.add_argument("--warm-start", default=RunConfig().policy.warm_start, help="auto (the default adapter, plain words) | none | DIR")
     ap.add_argument("--root", type=Path, default=None, help="sessions root (default: $EMPO2_SESSIONS_DIR or ./sessions)")
+    ap.add_argument("--threads", type=int, default=2, help="torch CPU threads (1 when two benchmarks share 2 cores)")
     args = ap.parse_args(argv)
+    if args.threads < 1:
+        ap.error(f"--threads must be ≥ 1, got {args.threads}")
     try:  # a bad --note-writer is refused before the model loads or a folder is written
         lesson_config(args.distill_task, 0, args).validate()
     except ValueError as e:
@@ -379,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
             lesson_tip(args.distill_task, args.distill_variations[0], args.tip_wording)
         except IndexError as e:
             ap.error(str(e))
-    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+    torch.set_num_threads(min(args.threads, os.cpu_count() or 1))
     root = (args.root or default_sessions_root()) / time.strftime("bench_lesson-%Y%m%d-%H%M%S")
     root.mkdir(parents=True, exist_ok=True)
     embedder = make_embedder("minilm")

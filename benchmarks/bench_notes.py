@@ -24,8 +24,9 @@ notes: does the agent follow the note (goes to the named room) or ignore it?
 
 Part "negation": does the policy read "not"? Standing in a side room the note rules out (the note
 writer's own sentences: "The X is not in the hallway. The X is not in the R."), the probability it
-gives to focusing on anything there, over the step's valid actions, against no note and against the
-same note with the target's room added. Two such rooms per test layout.
+gives to focusing on anything there, over the step's valid actions, against no note, the same note with
+the target's room added, the same two facts in four other forms ("The R has no X.", "R: no X." …) and two
+notes that do not name the room (`negation_notes`). Two such rooms per test layout.
 
 Part "write": does the policy's own note state what its episode found? Episodes played with no note
 (mostly failed) and with the template pinned (mostly won), then the note the policy writes after each,
@@ -300,15 +301,39 @@ def part_bad(args, policy, wordings) -> tuple[list[str], dict]:
     return lines, out
 
 
-NEGATION_ROWS = ("no note", "rules the room out", "rules it out, names the target's room")
+NEGATION_ROWS = (
+    "no note",
+    "rules the room out",
+    "rules it out, names the target's room",
+    "room has no X",
+    "searched, did not find",
+    "room: no X",
+    "rules it out, another room",
+    "rules out the hallway only",
+    "says nothing of the target",
+)
 
 
 def negation_notes(task: str, variation: int, room: str) -> dict[str, str | None]:
-    """Row → note for part "negation" while standing in `room` (a side room without the target): the
-    note writer's own sentences (`memory.reflection.write_observation_notes` joins one per room)."""
+    """Row → note for part "negation" while standing in `room` (a side room without the target). The
+    second row is the note writer's own sentences (`memory.reflection.write_observation_notes` joins one
+    per room); the next four say the same two facts (neither the hallway nor `room` holds the target) in
+    forms a writer could be taught instead, to find one the actor does not misread as "in"; the last two
+    do not name `room` (does any note at all make the actor focus where it stands?)."""
     lay = TrapEnv().layout(task, variation)
-    out = f"The {lay.target} is not in the {START_ROOM}. The {lay.target} is not in the {room}."
-    return dict(zip(NEGATION_ROWS, (None, out, f"{out} The {lay.target} is in the {lay.target_room}."), strict=True))
+    t, hall = lay.target, START_ROOM
+    out = f"The {t} is not in the {hall}. The {t} is not in the {room}."
+    return dict(zip(NEGATION_ROWS, (
+        None,
+        out,
+        f"{out} The {t} is in the {lay.target_room}.",
+        f"The {hall} has no {t}. The {room} has no {t}.",
+        f"I searched the {hall} and the {room} and did not find the {t}.",
+        f"{hall.capitalize()}: no {t}. {room.capitalize()}: no {t}.",
+        f"{out} It must be in another room.",
+        f"The {t} is not in the {hall}.",
+        f"The {hall} has doors to the other rooms.",
+    ), strict=True))  # fmt: skip
 
 
 def part_negation(args, policy, wordings) -> tuple[list[str], dict]:

@@ -490,6 +490,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="wordings recipe: share of notes in the note writer's form, a sentence per room searched "
                          "(note_wordings.observation_note)")
     ap.add_argument("--anchor-weight", type=float, default=1.0, help="weight of the note-free KL anchor")
+    ap.add_argument("--init", type=Path, default=None,
+                    help="start from this adapter directory (same --last-layers) instead of an untrained LoRA: "
+                         "fine-tune a built warm start on a changed data stream")
     ap.add_argument("--reflect-only", action="store_true",
                     help="train only the reflection answers (per-layout conversations each), no note-following turns "
                          "and no anchor: an adapter that writes notes, for another to act")
@@ -534,6 +537,9 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--verdict-weight must be > 0, got {args.verdict_weight}")
     if not 0 <= args.pass_by <= 1:
         ap.error(f"--pass-by must be a share in [0, 1], got {args.pass_by}")
+    if args.init is not None and not (args.init / "adapter_config.json").is_file():
+        ap.error(f"--init {str(args.init)!r} is not an adapter directory (no adapter_config.json); "
+                 "give a folder make_warmstart.py wrote")
 
     import torch
 
@@ -542,6 +548,11 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(args.seed)
     rng = random.Random(args.seed)
     policy = load_policy(PolicyConfig(quantization="none", warm_start="none", lora_layers=args.last_layers))
+    if args.init is not None:
+        try:
+            policy.load_adapter(str(args.init))
+        except ValueError as exc:
+            ap.error(f"--init: {exc}")
     fmt = policy.chat_format
     env = TrapEnv()
     # The search family's layouts only: no fixed-family layout (its train and test layouts are the race's).
@@ -639,7 +650,7 @@ def main(argv: list[str] | None = None) -> int:
         "envs": ["trap"], "recipe": args.recipe, "splits": args.splits, "template_share": args.template, "reflect": args.reflect,
         "reflect_only": args.reflect_only, "pass_by": args.pass_by, "answer_form": args.answer_form,
         "room_questions": args.room_questions, "verdict_weight": args.verdict_weight, "context": args.context,
-        "last_layers": args.last_layers, "anchor_weight": args.anchor_weight, "focus_weight": args.focus_weight, "plan_share": args.plan_share, "can_weight": args.can_weight, "plant_per_layout": args.plant_per_layout, "focus_first": args.focus_first, "observed": args.observed, "return_trips": [v for _, v in returns], "return_weight": args.return_weight, "negation": args.negation, "epochs": args.epochs, "per_layout": args.per_layout, "batch": args.batch, "lr": args.lr, "seed": args.seed,
+        "last_layers": args.last_layers, "anchor_weight": args.anchor_weight, "focus_weight": args.focus_weight, "plan_share": args.plan_share, "can_weight": args.can_weight, "plant_per_layout": args.plant_per_layout, "focus_first": args.focus_first, "observed": args.observed, "return_trips": [v for _, v in returns], "return_weight": args.return_weight, "negation": args.negation, "init": str(args.init) if args.init else None, "epochs": args.epochs, "per_layout": args.per_layout, "batch": args.batch, "lr": args.lr, "seed": args.seed,
         "seconds": round(time.time() - t0, 1), "history": history,
     }  # fmt: skip
     (args.out / "warmstart.json").write_text(json.dumps(meta, indent=1))

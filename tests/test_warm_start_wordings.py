@@ -289,6 +289,10 @@ def test_the_lesson_bench_refuses_a_wording_number_before_anything_is_written(tm
         lesson.main(["--parts", "distill", "--tip-wording", "13", "--root", str(tmp_path)])
     assert "has held-out wordings 0-12" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
+    with pytest.raises(SystemExit):
+        lesson.main(["--parts", "adapt", "--threads", "0", "--root", str(tmp_path)])
+    assert "--threads must be ≥ 1, got 0" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_notes_runs_started_in_the_same_second_get_their_own_folders(bench, tmp_path, monkeypatch):
@@ -431,7 +435,13 @@ def test_the_negation_probe_rules_out_the_room_it_stands_in_in_the_writers_own_s
     notes = bench.negation_notes("trap-light-bulb", 36, "kitchen")
     out = "The green light bulb is not in the hallway. The green light bulb is not in the kitchen."
     assert notes == {"no note": None, "rules the room out": out,
-                     "rules it out, names the target's room": out + " The green light bulb is in the greenhouse."}
+                     "rules it out, names the target's room": out + " The green light bulb is in the greenhouse.",
+                     "room has no X": "The hallway has no green light bulb. The kitchen has no green light bulb.",
+                     "searched, did not find": "I searched the hallway and the kitchen and did not find the green light bulb.",
+                     "room: no X": "Hallway: no green light bulb. Kitchen: no green light bulb.",
+                     "rules it out, another room": out + " It must be in another room.",
+                     "rules out the hallway only": "The green light bulb is not in the hallway.",
+                     "says nothing of the target": "The hallway has doors to the other rooms."}
     assert "negation" in bench.PARTS
 
 
@@ -459,3 +469,13 @@ def test_negation_conversations_enter_a_ruled_out_room_first_and_learn_to_leave_
     assert not written & heldout, sorted(written & heldout)[:5]
     with pytest.raises(SystemExit):
         mw.main(["--negation", "1.5", "--out", "/nonexistent"])
+
+
+def test_init_refuses_a_folder_that_is_not_an_adapter_before_loading_anything(tmp_path, capsys):
+    mw = _load(ROOT / "scripts" / "make_warmstart.py", "make_warmstart_under_test")
+    (tmp_path / "notes.txt").write_text("not an adapter")
+    with pytest.raises(SystemExit):
+        mw.main(["--init", str(tmp_path), "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert f"--init {str(tmp_path)!r} is not an adapter directory" in err
+    assert not (tmp_path / "out").exists()
