@@ -646,7 +646,10 @@ def main(argv: list[str] | None = None) -> int:
            "note-following conversation)" if args.reflect and not args.reflect_only else "")
         + (f", plus trap-water-plant train layouts {[v for _, v in returns]} for the walk back from the can's room "
            "(--return-trips)" if returns else "")
-        + ("" if args.reflect_only else " and note-free random walks (KL to the base model)"),
+        + (f", {args.negation:g} of the note-following conversations with a note that only rules rooms out, "
+           "entering one of them first (--negation)" if args.negation and not args.reflect_only else "")
+        + ("" if args.reflect_only else " and note-free random walks (KL to the base model)")
+        + (f"; fine-tuned from {args.init} (--init)" if args.init else ""),
         "envs": ["trap"], "recipe": args.recipe, "splits": args.splits, "template_share": args.template, "reflect": args.reflect,
         "reflect_only": args.reflect_only, "pass_by": args.pass_by, "answer_form": args.answer_form,
         "room_questions": args.room_questions, "verdict_weight": args.verdict_weight, "context": args.context,

@@ -5,6 +5,7 @@ dev layouts only, so the layouts here were never trained on)."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -82,3 +83,40 @@ def test_choice_probs_script_both_normalisations_and_the_trap_in_the_target_room
     assert all(len(p) == len(actions) and sum(p) == pytest.approx(1.0, abs=1e-4) for p in whole.values())
     i = actions.index(focus)
     assert tok[i] < 0.05 and whole["sum"][i] < 0.05 and whole["word"][i] < 0.05
+
+
+WALK_BACK = Path(__file__).resolve().parents[1] / "assets" / "warmstart" / "smollm2-135m-instruct-walk-back"
+
+
+def focus_in_ruled_out_room(policy, task: str, variation: int, room: str) -> float:
+    """P(any focus action) standing in `room`, which holds no target, with the note writer's sentences
+    ruling the hallway and `room` out (bench_notes part "negation"), renormalised over the valid actions."""
+    env = TrapEnv()
+    lay = env.layout(task, variation)
+    note = f"The {lay.target} is not in the hallway. The {lay.target} is not in the {room}."
+    tips = [RetrievedTip("t", note, 0.0, 1.0)]
+    first = env.reset(task, variation)
+    obs = env.step(f"go to {room}").observation
+    fmt = policy.chat_format
+    t0 = Turn(prompts.with_tips(prompts.first_user_message("trap", first, ()), tips, "compact"),
+              fmt.encode(f"go to {room}") + (fmt.eot_id,), first.valid_actions)  # fmt: skip
+    user = prompts.with_tips(prompts.step_user_message(obs, "trap"), tips, "compact")
+    convs = [[t0, Turn(user, fmt.encode(a) + (fmt.eot_id,), obs.valid_actions)] for a in obs.valid_actions]
+    with torch.no_grad():
+        p = [math.exp(float(lp[1].sum())) for lp in policy.score(convs)]
+    return sum(q for a, q in zip(obs.valid_actions, p) if a.startswith("focus on")) / sum(p)
+
+
+def test_the_opt_in_walk_back_adapter_follows_a_note_and_leaves_a_room_it_rules_out_more_often(policy):
+    """assets/warmstart/smollm2-135m-instruct-walk-back (ws30, docs/notebook/2026-12-05-fine-tuned-from-the-default.md)."""
+    walk_back = load_policy(PolicyConfig(warm_start=str(WALK_BACK)))
+    assert walk_back.version == "warm-start"
+    gold = TrapEnv().gold_path("trap-water-plant", 0)[0]
+    with_tip, without = action_probs(walk_back, "trap-water-plant", 0, True), action_probs(walk_back, "trap-water-plant", 0, False)
+    # measured 1.00 with the note, 0.04 without
+    assert with_tip[gold] >= 0.8 and without[gold] <= 0.2
+    # layout 40, standing in the bedroom (a yellow look-alike there) with a note ruling it out: measured 0.20
+    # for the walk-back adapter against 0.96 for the default, which reads "not in the bedroom" as "in" it
+    ours = focus_in_ruled_out_room(walk_back, "trap-water-plant", 40, "bedroom")
+    default = focus_in_ruled_out_room(policy, "trap-water-plant", 40, "bedroom")
+    assert ours <= 0.4 and default >= 0.8
