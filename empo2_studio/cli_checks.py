@@ -64,8 +64,16 @@ def check_env(cfg: RunConfig) -> None:
 def check_adapter(cfg: RunConfig) -> None:
     """Reject `--policy.adapter DIR` that the base model cannot load (not a PEFT directory, another
     base, another LoRA rank / targets, or tensor shapes of another model), reading only the adapter's
-    config, its safetensors header and the base model's config: no weights load, nothing is created."""
+    config, its safetensors header and the base model's config: no weights load, nothing is created.
+    Without `--policy.adapter`, a `--policy.warm-start DIR` whose adapter files are missing is rejected
+    the same way (before a session exists)."""
     if not cfg.policy.adapter:
+        from empo2_studio.policy.loading import warm_start_dir
+
+        try:
+            warm_start_dir(cfg.policy)
+        except FileNotFoundError as e:
+            raise UsageError(str(e)) from None
         return
     from empo2_studio.policy.loading import check_adapter  # torch loads only here
 

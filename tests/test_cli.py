@@ -83,6 +83,13 @@ def test_train_config_the_model_rejects_exits_2_and_leaves_no_session(sessions, 
     assert list(sessions.iterdir()) == []
 
 
+def test_a_warm_start_folder_that_is_not_an_adapter_exits_2_and_leaves_no_session(sessions, tmp_path, capsys):
+    assert main(["train", "--policy.warm-start", str(tmp_path / "walkback")]) == 2
+    err = capsys.readouterr().err
+    assert f"policy.warm_start: {tmp_path / 'walkback' / 'adapter_config.json'} is missing" in err
+    assert "Traceback" not in err and list(sessions.iterdir()) == []
+
+
 def test_bad_flag_values_exit_2(sessions, capsys):
     assert main(["train", "--algo.loss-agg", "sum"]) == 2
     assert main(["train", "--no-such-flag", "1"]) == 2
