@@ -336,10 +336,27 @@ def negation_notes(task: str, variation: int, room: str) -> dict[str, str | None
     ), strict=True))  # fmt: skip
 
 
-def part_negation(args, policy, wordings) -> tuple[list[str], dict]:
-    """P(focus on anything | in a room the note rules out), renormalised over the valid actions: a
-    reader of "not" leaves the room (no note: the untrained reflex there)."""
+def focus_share(policy, task: str, variation: int, room: str, note: str | None) -> float:
+    """P(any "focus on …" action | standing in `room`, the first move taken from the hallway), with
+    `note` (None: no note) pinned in the compact prompt at both steps; token-level probabilities at T = 1,
+    renormalised over the step's valid actions (0 … 1)."""
     fmt = policy.chat_format
+    env = TrapEnv()
+    first = env.reset(task, variation)
+    obs = env.step(f"go to {room}").observation
+    tips = [RetrievedTip("note", note, 0.0, 1.0)] if note else []
+    t0 = Turn(prompts.with_tips(prompts.first_user_message("trap", first, ()), tips, "compact"),
+              fmt.encode(f"go to {room}") + (fmt.eot_id,), first.valid_actions)  # fmt: skip
+    user = prompts.with_tips(prompts.step_user_message(obs, "trap"), tips, "compact")
+    convs = [[t0, Turn(user, fmt.encode(a) + (fmt.eot_id,), obs.valid_actions)] for a in obs.valid_actions]
+    with torch.no_grad():
+        p = [float(lps[1].sum().exp()) for lps in policy.score(convs)]
+    return sum(q for a, q in zip(obs.valid_actions, p, strict=True) if a.startswith("focus on")) / sum(p)
+
+
+def part_negation(args, policy, wordings) -> tuple[list[str], dict]:
+    """P(focus on anything | in a room the note rules out) (`focus_share`): a reader of "not" leaves the
+    room (no note: the untrained reflex there)."""
     lines = [
         f"### Reading \"not\": P(focus on anything | in a side room the note rules out), test variations "
         f"{args.variations}, two such rooms each, T = 1",
@@ -353,19 +370,8 @@ def part_negation(args, policy, wordings) -> tuple[list[str], dict]:
         for v in args.variations:
             lay = TrapEnv().layout(task, v)
             for room in [r for r in SIDE_ROOMS if r != lay.target_room][:2]:
-                env = TrapEnv()
-                first = env.reset(task, v)
-                obs = env.step(f"go to {room}").observation
                 for row, note in negation_notes(task, v, room).items():
-                    tips = [RetrievedTip("note", note, 0.0, 1.0)] if note else []
-                    t0 = Turn(prompts.with_tips(prompts.first_user_message("trap", first, ()), tips, "compact"),
-                              fmt.encode(f"go to {room}") + (fmt.eot_id,), first.valid_actions)  # fmt: skip
-                    user = prompts.with_tips(prompts.step_user_message(obs, "trap"), tips, "compact")
-                    convs = [[t0, Turn(user, fmt.encode(a) + (fmt.eot_id,), obs.valid_actions)] for a in obs.valid_actions]
-                    with torch.no_grad():
-                        p = [float(lps[1].sum().exp()) for lps in policy.score(convs)]
-                    focus = sum(q for a, q in zip(obs.valid_actions, p, strict=True) if a.startswith("focus on"))
-                    per[row].append(focus / sum(p))
+                    per[row].append(focus_share(policy, task, v, room, note))
         out[task] = {row: statistics.mean(ps) for row, ps in per.items()}
         lines.append(f"| {task} | " + " | ".join(f"{out[task][row]:.2f}" for row in NEGATION_ROWS) + " |")
         print(lines[-1], flush=True)

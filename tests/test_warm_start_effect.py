@@ -85,26 +85,20 @@ def test_choice_probs_script_both_normalisations_and_the_trap_in_the_target_room
     assert tok[i] < 0.05 and whole["sum"][i] < 0.05 and whole["word"][i] < 0.05
 
 
-WALK_BACK = Path(__file__).resolve().parents[1] / "assets" / "warmstart" / "smollm2-135m-instruct-walk-back"
+ROOT = Path(__file__).resolve().parents[1]
+WALK_BACK = ROOT / "assets" / "warmstart" / "smollm2-135m-instruct-walk-back"
 
 
 def focus_in_ruled_out_room(policy, task: str, variation: int, room: str) -> float:
     """P(any focus action) standing in `room`, which holds no target, with the note writer's sentences
-    ruling the hallway and `room` out (bench_notes part "negation"), renormalised over the valid actions."""
-    env = TrapEnv()
-    lay = env.layout(task, variation)
-    note = f"The {lay.target} is not in the hallway. The {lay.target} is not in the {room}."
-    tips = [RetrievedTip("t", note, 0.0, 1.0)]
-    first = env.reset(task, variation)
-    obs = env.step(f"go to {room}").observation
-    fmt = policy.chat_format
-    t0 = Turn(prompts.with_tips(prompts.first_user_message("trap", first, ()), tips, "compact"),
-              fmt.encode(f"go to {room}") + (fmt.eot_id,), first.valid_actions)  # fmt: skip
-    user = prompts.with_tips(prompts.step_user_message(obs, "trap"), tips, "compact")
-    convs = [[t0, Turn(user, fmt.encode(a) + (fmt.eot_id,), obs.valid_actions)] for a in obs.valid_actions]
-    with torch.no_grad():
-        p = [math.exp(float(lp[1].sum())) for lp in policy.score(convs)]
-    return sum(q for a, q in zip(obs.valid_actions, p) if a.startswith("focus on")) / sum(p)
+    ruling the hallway and `room` out: bench_notes part "negation", its "rules the room out" row."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_notes_effect", ROOT / "benchmarks" / "bench_notes.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    note = bench.negation_notes(task, variation, room)["rules the room out"]
+    return bench.focus_share(policy, task, variation, room, note)
 
 
 def test_the_opt_in_walk_back_adapter_follows_a_note_and_leaves_a_room_it_rules_out_more_often(policy):
