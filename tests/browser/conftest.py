@@ -54,9 +54,9 @@ def artifacts() -> Path:
 
 
 @pytest.fixture(scope="module")
-def studio_url(tmp_path_factory, port, studio_cfg):
-    """URL of a studio served for one module (trap env, tiny policy, hash embedder, `studio_cfg`),
-    with the model prepared."""
+def served(tmp_path_factory, port, studio_cfg):
+    """(URL, Studio) of a studio served for one module (trap env, tiny policy, hash embedder,
+    `studio_cfg`), with the model prepared. The Studio object lets a test check what was stored."""
     import torch
 
     from empo2_studio.app import launch
@@ -67,6 +67,11 @@ def studio_url(tmp_path_factory, port, studio_cfg):
         embedder="hash", config=studio_cfg, block=False, quiet=True,
     )  # fmt: skip
     studio.jobs.wait(studio.prepare_model().job_id, 300)
-    yield demo.local_url
+    yield demo.local_url, studio
     demo.close()
     studio.close()
+
+
+@pytest.fixture(scope="module")
+def studio_url(served) -> str:
+    return served[0]
