@@ -28,6 +28,11 @@ gives to focusing on anything there, over the step's valid actions, against no n
 the target's room added, the same two facts in four other forms ("The R has no X.", "R: no X." …) and two
 notes that do not name the room (`negation_notes`). Two such rooms per test layout.
 
+Part "mixed": the note writer's long note of a search that found the flower (the flower's room among the
+rooms ruled out, and the can's room), in different orders, shown whole along the gold path of the
+water-plant test layouts whose can starts in a third room: P(first action), P(go to the flower's room
+carrying the can), P(focus), P(whole path) (`mixed_notes`).
+
 Part "write": does the policy's own note state what its episode found? Episodes played with no note
 (mostly failed) and with the template pinned (mostly won), then the note the policy writes after each,
 asked as training asks (`memory.reflection`: `TIP_INSTRUCTION` after the episode's conversation,
@@ -54,6 +59,7 @@ per task the right rates with the target in the room and without it, and the AUC
 Run:  .venv/bin/python benchmarks/bench_notes.py --parts room --variations 36 37 38 39 40 41 42 43 44 45 46 47
       .venv/bin/python benchmarks/bench_notes.py --parts probs     (~9 min per task on a busy 2-core machine)
       .venv/bin/python benchmarks/bench_notes.py --parts bad --seeds 0 --threads 1
+      .venv/bin/python benchmarks/bench_notes.py --parts mixed negation --threads 1
       .venv/bin/python benchmarks/bench_notes.py --parts order --tasks trap-light-bulb-fixed --variations 0 1 2 3 4
       .venv/bin/python benchmarks/bench_notes.py --parts play --rows 00 02 03 05    (a few wordings; play is the slow part)
       .venv/bin/python benchmarks/bench_notes.py --parts observe write --seeds 0 1 2 --episodes 4 --threads 1
@@ -378,6 +384,72 @@ def part_negation(args, policy, wordings) -> tuple[list[str], dict]:
     return lines, out
 
 
+MIXED_ROWS = (
+    "no note",
+    "found in the middle (the writer's order)",
+    "found last",
+    "found first",
+    "found and the can only",
+    "the can, then found",
+)
+CAN_ELSEWHERE = (37, 39, 43, 44, 45, 46)
+"""The water-plant test layouts whose can starts in a third room (neither the hallway nor the flower's)."""
+
+
+def mixed_notes(task: str, variation: int) -> dict[str, str | None]:
+    """Row → note for part "mixed": what the note writer joins after a search that saw every room
+    (`memory.reflection.join_observation_notes`, one sentence per room): the target's room among the
+    rooms ruled out, with the can's room, in different orders. The writer's order is the visit order of a
+    search that finds the target third (ws30's adaptation, water-plant seed 4, trial 0); the last two rows
+    drop what a finding makes redundant. For a layout whose can starts in a third room."""
+    lay = TrapEnv().layout(task, variation)
+    t, room, can = lay.target, lay.target_room, lay.objects[CAN]
+    side = [r for r in SIDE_ROOMS if r not in (room, can)]
+    no = [f"The {t} is not in the {r}." for r in (START_ROOM, *side, can)]
+    found, can_at = f"The {t} is in the {room}.", f"The {CAN} is in the {can}."
+    return dict(zip(MIXED_ROWS, (
+        None,
+        " ".join([*no[:2], found, *no[2:], can_at]),
+        " ".join([*no, can_at, found]),
+        " ".join([found, can_at, *no]),
+        f"{found} {can_at}",
+        f"{can_at} {found}",
+    ), strict=True))  # fmt: skip
+
+
+def part_mixed(args, policy, wordings) -> tuple[list[str], dict]:
+    """The note writer's long note of a search that found the target, on water-plant layouts whose can
+    starts in a third room (`CAN_ELSEWHERE`; `mixed_notes`), shown whole at every step of the gold path
+    (fetch the can, back to the hallway, into the flower's room, focus, water): P(first action), P(go to
+    the flower's room | back in the hallway with the can), P(focus | in its room) and P(the whole gold
+    path), token-level at T = 1 (mean over layouts, min in brackets)."""
+    task = "trap-water-plant"
+    cols = ("first", "to the target's room", "focus", "whole path")
+    lines = [
+        f"### The writer's long note, found sentence placed: {task}, layouts {list(CAN_ELSEWHERE)} (can in a third room), "
+        "note shown whole, T = 1 (mean over layouts, min in brackets)",
+        "",
+        "| note | P(first action) | P(go to the target's room, carrying the can) | P(focus, in its room) | P(whole gold path) |",
+        "|---|---|---|---|---|",
+    ]
+    per: dict[str, dict[str, list[float]]] = {row: {c: [] for c in cols} for row in MIXED_ROWS}
+    for v in CAN_ELSEWHERE:
+        gold = TrapEnv().gold_path(task, v)
+        steps = {"first": 0, "to the target's room": gold.index(f"go to {TrapEnv().layout(task, v).target_room}"),
+                 "focus": next(i for i, a in enumerate(gold) if a.startswith("focus on"))}  # fmt: skip
+        notes = mixed_notes(task, v)
+        with torch.no_grad():
+            scored = policy.score([gold_conversation(policy, task, v, n, False) for n in notes.values()])
+        for row, lps in zip(notes, scored, strict=True):
+            for c, i in steps.items():
+                per[row][c].append(float(lps[i].sum().exp()))
+            per[row]["whole path"].append(float(sum(lp.sum() for lp in lps).exp()))
+    for row, ps in per.items():
+        lines.append(f"| {row} | " + " | ".join(f"{statistics.fmean(ps[c]):.2f} ({min(ps[c]):.2f})" for c in cols) + " |")
+        print(lines[-1], flush=True)
+    return lines, {row: {c: statistics.fmean(x) for c, x in ps.items()} for row, ps in per.items()}
+
+
 MODEL_SENTENCES = (
     "The path was clear, but the final destination was not yet",
     "This is a very short answer. I will make sure to include a brief explanation of the answer in a single line of",
@@ -698,7 +770,8 @@ def part_ask(args, policy, wordings) -> tuple[list[str], dict]:
 
 
 PARTS = {"probs": part_probs, "play": part_play, "bad": part_bad, "order": part_order, "write": part_write,
-         "room": part_room, "ask": part_ask, "observe": part_observe, "negation": part_negation}
+         "room": part_room, "ask": part_ask, "observe": part_observe, "negation": part_negation,
+         "mixed": part_mixed}
 
 
 def new_run_dir(parent: Path) -> Path:

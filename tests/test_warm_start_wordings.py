@@ -479,3 +479,18 @@ def test_init_refuses_a_folder_that_is_not_an_adapter_before_loading_anything(tm
     err = capsys.readouterr().err
     assert f"--init {str(tmp_path)!r} is not an adapter directory" in err
     assert not (tmp_path / "out").exists()
+
+
+def test_the_mixed_probe_places_the_writers_found_sentence_among_the_rooms_ruled_out(bench):
+    # Layout 37 of trap-water-plant by hand: the purple flower in the bedroom, the can in the workshop.
+    notes = bench.mixed_notes("trap-water-plant", 37)
+    h, k, g, w = (f"The purple flower is not in the {r}." for r in ("hallway", "kitchen", "greenhouse", "workshop"))
+    found, can = "The purple flower is in the bedroom.", "The watering can is in the workshop."
+    assert notes == {"no note": None,
+                     "found in the middle (the writer's order)": f"{h} {k} {found} {g} {w} {can}",
+                     "found last": f"{h} {k} {g} {w} {can} {found}",
+                     "found first": f"{found} {can} {h} {k} {g} {w}",
+                     "found and the can only": f"{found} {can}",
+                     "the can, then found": f"{can} {found}"}
+    assert all(bench.can_case("trap-water-plant", v) == "elsewhere" for v in bench.CAN_ELSEWHERE)
+    assert "mixed" in bench.PARTS
