@@ -302,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--choice-norm", default="word", choices=CHOICE_NORMS, help="action decoding's normalisation")
     ap.add_argument("--choice-pmi", action="store_true", help="action decoding: PMI calibration")
     ap.add_argument("--warm-start", default=PolicyConfig().warm_start,
-                    help="policy.warm_start, both arms: auto (the default adapter, plain words) | none | an adapter DIR")
+                    help="policy.warm_start, both arms: auto (the default adapter, walk-back) | none | an adapter DIR")
     ap.add_argument("--threads", type=int, default=2,
                     help="torch threads (1 for two processes side by side, e.g. one per arm; see --merge)")
     ap.add_argument("--sw-task", default="find-living-thing")

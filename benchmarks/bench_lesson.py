@@ -367,7 +367,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="who writes the tips (memory.note_writer): auto (the shipped writer), none (the acting policy) or an adapter")
     ap.add_argument("--note-context", default=MemoryConfig().note_context, choices=NOTE_CONTEXTS,
                     help="a tip is written after the whole episode or per observation (memory.note_context; auto: as the writer was trained)")
-    ap.add_argument("--warm-start", default=RunConfig().policy.warm_start, help="auto (the default adapter, plain words) | none | DIR")
+    ap.add_argument("--warm-start", default=RunConfig().policy.warm_start, help="auto (the default adapter, walk-back) | none | DIR")
     ap.add_argument("--root", type=Path, default=None, help="sessions root (default: $EMPO2_SESSIONS_DIR or ./sessions)")
     ap.add_argument("--threads", type=int, default=2, help="torch CPU threads (1 when two benchmarks share 2 cores)")
     args = ap.parse_args(argv)

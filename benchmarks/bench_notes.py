@@ -802,7 +802,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--episodes", type=int, default=4, help="episodes per layout, note and seed")
     ap.add_argument("--step-limit", type=int, default=8)
     ap.add_argument("--temperature", type=float, default=1.0)
-    ap.add_argument("--warm-start", default=RunConfig().policy.warm_start, help="auto (the default adapter, plain words) | none | DIR")
+    ap.add_argument("--warm-start", default=RunConfig().policy.warm_start, help="auto (the default adapter, walk-back) | none | DIR")
     ap.add_argument("--writer-context", choices=["auto", "conversation", "transcript", "observation"], default="auto",
                     help="what the note is written after: the episode as the policy saw it, its transcript alone "
                          "(for writers built with make_warmstart.py --context transcript), or each observation "

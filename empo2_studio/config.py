@@ -119,10 +119,10 @@ class PolicyConfig:
     adapter: str | None = None
     """Path of a PEFT adapter directory to start from (None = fresh LoRA, or the warm start)."""
     warm_start: str = "auto"
-    """The LoRA adapter every run starts from when `adapter` is None: "auto" = the note-reading warm
-    start shipped for the embedded model (assets/warmstart/smollm2-135m-instruct-plain-words, built by
-    scripts/make_warmstart.py; the template adapter it replaced is assets/warmstart/smollm2-135m-instruct)
-    and none for other models; "none" = a fresh (zero) LoRA; or a PEFT adapter directory."""
+    """The LoRA adapter every run starts from when `adapter` is None: "auto" = the warm start shipped for the
+    embedded model (assets/warmstart/smollm2-135m-instruct-walk-back, by scripts/make_warmstart.py; the ones it
+    replaced, …-plain-words and the template …-instruct, stay opt-in) and none for other models; "none" = a
+    fresh (zero) LoRA; or a PEFT adapter directory."""
 
 
 @dataclass(frozen=True)

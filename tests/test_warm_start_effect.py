@@ -49,7 +49,8 @@ def test_a_correct_note_is_followed_and_without_it_the_trap_traps(policy, task, 
     with_tip = action_probs(policy, task, variation, True)
     without = action_probs(policy, task, variation, False)
     assert sum(with_tip.values()) == pytest.approx(1.0, abs=1e-3)
-    # measured 0.95 / 0.99 with the note, 0.03 / 0.05 without (the reflex: "go to kitchen", the first door)
+    # measured 1.00 / 1.00 with the note, 0.01 / 0.04 without (the walk-back default, 2026-12-05; the
+    # plain-words adapter: 0.99 / 1.00 and 0.01 / 0.03); without it the likeliest first action is another
     assert with_tip[gold] >= 0.8
     assert without[gold] <= 0.2 and max(without, key=without.get) != gold
 
@@ -86,7 +87,7 @@ def test_choice_probs_script_both_normalisations_and_the_trap_in_the_target_room
 
 
 ROOT = Path(__file__).resolve().parents[1]
-WALK_BACK = ROOT / "assets" / "warmstart" / "smollm2-135m-instruct-walk-back"
+PLAIN_WORDS = ROOT / "assets" / "warmstart" / "smollm2-135m-instruct-plain-words"
 
 
 def focus_in_ruled_out_room(policy, task: str, variation: int, room: str) -> float:
@@ -101,16 +102,13 @@ def focus_in_ruled_out_room(policy, task: str, variation: int, room: str) -> flo
     return bench.focus_share(policy, task, variation, room, note)
 
 
-def test_the_opt_in_walk_back_adapter_follows_a_note_and_leaves_a_room_it_rules_out_more_often(policy):
-    """assets/warmstart/smollm2-135m-instruct-walk-back (ws30, docs/notebook/2026-12-05-fine-tuned-from-the-default.md)."""
-    walk_back = load_policy(PolicyConfig(warm_start=str(WALK_BACK)))
-    assert walk_back.version == "warm-start"
-    gold = TrapEnv().gold_path("trap-water-plant", 0)[0]
-    with_tip, without = action_probs(walk_back, "trap-water-plant", 0, True), action_probs(walk_back, "trap-water-plant", 0, False)
-    # measured 1.00 with the note, 0.04 without
-    assert with_tip[gold] >= 0.8 and without[gold] <= 0.2
-    # layout 40, standing in the bedroom (a yellow look-alike there) with a note ruling it out: measured 0.20
-    # for the walk-back adapter against 0.96 for the default, which reads "not in the bedroom" as "in" it
-    ours = focus_in_ruled_out_room(walk_back, "trap-water-plant", 40, "bedroom")
-    default = focus_in_ruled_out_room(policy, "trap-water-plant", 40, "bedroom")
-    assert ours <= 0.4 and default >= 0.8
+def test_the_default_leaves_a_room_its_note_rules_out_more_often_than_the_adapter_it_replaced(policy):
+    """The walk-back default (ws30) against the plain-words adapter it was fine-tuned from
+    (docs/notebook/2026-12-05-fine-tuned-from-the-default.md). Layout 40, standing in the bedroom (a yellow
+    look-alike there) with a note ruling it out: measured 0.20 for the default against 0.96 for the
+    plain-words adapter, which reads "not in the bedroom" as "in" it."""
+    plain = load_policy(PolicyConfig(warm_start=str(PLAIN_WORDS)))
+    assert plain.version == "warm-start"
+    ours = focus_in_ruled_out_room(policy, "trap-water-plant", 40, "bedroom")
+    before = focus_in_ruled_out_room(plain, "trap-water-plant", 40, "bedroom")
+    assert ours <= 0.4 and before >= 0.8

@@ -17,12 +17,16 @@ from empo2_studio.policy.lora import add_lora
 from empo2_studio.policy.model_files import embedded_tokenizer_dir, load_tokenizer, resolve_model
 
 WARM_START_DIR = Path(__file__).resolve().parents[2] / "assets" / "warmstart"
-DEFAULT_WARM_START = f"{EMBEDDED_MODEL}-plain-words"
-"""The folder under WARM_START_DIR that "auto" loads: the adapter that reads notes in plain words. The
-template adapter (`EMBEDDED_MODEL`, the default before 2026-12-04) stays beside it, opt-in."""
+DEFAULT_WARM_START = f"{EMBEDDED_MODEL}-walk-back"
+"""The folder under WARM_START_DIR that "auto" loads: the adapter that reads notes in plain words and walks
+back from the can (the plain-words adapter fine-tuned on the walk back and on notes that rule rooms out;
+the default since 2026-12-05, docs/notebook/2026-12-05-walk-back-default.md). The adapters it replaced
+stay beside it, opt-in: `{EMBEDDED_MODEL}-plain-words` (the default 2026-12-04 to 2026-12-05, which it is
+built from) and the template adapter `EMBEDDED_MODEL` (before 2026-12-04)."""
 WARM_START_COMMAND = (
-    ".venv/bin/python scripts/make_warmstart.py --recipe wordings --per-layout 4 --epochs 3 --focus-weight 3 "
-    f"--plan-share 0.2 --out assets/warmstart/{DEFAULT_WARM_START}"
+    ".venv/bin/python scripts/make_warmstart.py --recipe wordings --per-layout 4 --epochs 2 --focus-weight 3 "
+    f"--plan-share 0.2 --init assets/warmstart/{EMBEDDED_MODEL}-plain-words --return-trips --negation 0.15 "
+    f"--lr 3e-4 --out assets/warmstart/{DEFAULT_WARM_START}"
 )
 TINY_MODEL_NAME = "tiny-random-llama"
 
