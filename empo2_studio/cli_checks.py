@@ -61,26 +61,39 @@ def check_env(cfg: RunConfig) -> None:
         )
 
 
-def check_adapter(cfg: RunConfig) -> None:
-    """Reject `--policy.adapter DIR` that the base model cannot load (not a PEFT directory, another
-    base, another LoRA rank / targets, or tensor shapes of another model), reading only the adapter's
-    config, its safetensors header and the base model's config: no weights load, nothing is created.
-    Without `--policy.adapter`, a `--policy.warm-start DIR` whose adapter files are missing is rejected
-    the same way (before a session exists)."""
-    if not cfg.policy.adapter:
-        from empo2_studio.policy.loading import warm_start_dir
+def with_absolute_paths(cfg: RunConfig) -> RunConfig:
+    """`cfg` with a `--policy.adapter` or `--policy.warm-start` directory made absolute, so the session's
+    config.json still finds it when the run is resumed or evaluated from another working directory."""
+    policy = cfg.policy
+    if policy.adapter:
+        policy = replace(policy, adapter=str(Path(policy.adapter).expanduser().resolve()))
+    if policy.warm_start.strip() and policy.warm_start not in ("auto", "none"):
+        policy = replace(policy, warm_start=str(Path(policy.warm_start).expanduser().resolve()))
+    return replace(cfg, policy=policy)
 
+
+def check_adapter(cfg: RunConfig) -> None:
+    """Reject `--policy.adapter DIR`, or without it a `--policy.warm-start DIR`, that the base model cannot
+    load (missing adapter files, not a PEFT directory, another base, another LoRA rank / targets, or tensor
+    shapes of another model), reading only the adapter's config, its safetensors header and the base
+    model's config: no weights load, nothing is created."""
+    from empo2_studio.policy.loading import warm_start_dir
+
+    folder = cfg.policy.adapter
+    if not folder:
         try:
-            warm_start_dir(cfg.policy)
+            warm = warm_start_dir(cfg.policy)
         except FileNotFoundError as e:
             raise UsageError(str(e)) from None
-        return
+        if warm is None or cfg.policy.warm_start == "auto":
+            return  # none, or the shipped default (its tests check that it fits)
+        folder = str(warm)
     from empo2_studio.policy.loading import check_adapter  # torch loads only here
 
     try:
-        check_adapter(cfg.policy.adapter, cfg.policy)
+        check_adapter(folder, cfg.policy)
     except ValueError as e:
-        raise UsageError(str(e)) from None
+        raise UsageError(str(e) if cfg.policy.adapter else f"policy.warm_start: {e}") from None
 
 
 def check_unseen_task(cfg: RunConfig, task: str) -> None:

@@ -150,3 +150,23 @@ def test_train_with_an_adapter_of_another_model_exits_2_in_one_line(tmp_path, ca
     assert "must be [4, 128]" in lines[0]
     assert sorted(p.name for p in sessions.iterdir()) == ["keep.txt"]  # no session folder was created
     assert {p.name: p.read_bytes() for p in bad.iterdir()} == files  # the adapter is untouched
+
+
+def test_train_with_a_warm_start_of_another_shape_exits_2_before_a_session(tmp_path, capsys):
+    """A --policy.warm-start DIR is checked like --policy.adapter before any session exists (it was
+    checked only after the model loaded, with advice to rebuild the shipped default)."""
+    base = str(tiny_base_dir(tmp_path / "base", weights=True))
+    bad = write_adapter(tmp_path / "bad", base, lora_shapes(**OTHER))
+    sessions = tmp_path / "sessions"
+    sessions.mkdir()
+    capsys.readouterr()
+    code = main([
+        "train", "--sessions-dir", str(sessions), "--policy.model", base, "--policy.warm-start", str(bad),
+        "--policy.quantization", "none", "--policy.lora-r", "4", "--memory.embedder", "hash",
+        "--rollout.group-size", "2", "--train.iterations", "1", "--env.step-limit", "2",
+    ])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err, err
+    assert f"policy.warm_start: adapter {str(bad / 'adapter_model.safetensors')!r} does not fit" in err
+    assert "make_warmstart" not in err  # the user's folder: rebuilding the shipped default would not fix it
+    assert list(sessions.iterdir()) == []

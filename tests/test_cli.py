@@ -90,6 +90,32 @@ def test_a_warm_start_folder_that_is_not_an_adapter_exits_2_and_leaves_no_sessio
     assert "Traceback" not in err and list(sessions.iterdir()) == []
 
 
+@pytest.mark.parametrize("value, message", [
+    ("", "policy.warm_start is empty ('')"),
+    ("FILE", "is a file, not an adapter directory"),
+])  # fmt: skip
+def test_an_empty_or_file_warm_start_exits_2_naming_it(sessions, capsys, value, message):
+    # "" was read as the working directory ("adapter_config.json is missing", the value unnamed)
+    (sessions / "notes.txt").write_text("not an adapter")
+    assert main(["train", "--policy.warm-start", str(sessions / "notes.txt") if value == "FILE" else value]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err, err
+    assert [p.name for p in sessions.iterdir()] == ["notes.txt"]
+
+
+def test_a_relative_adapter_or_warm_start_is_stored_absolute(tmp_path, monkeypatch):
+    """A session's config.json must find its adapter when resumed from another working directory
+    (a relative --policy.warm-start made `train --resume` exit 1 from anywhere else)."""
+    from empo2_studio.cli_checks import with_absolute_paths
+    from empo2_studio.config import PolicyConfig, RunConfig
+
+    monkeypatch.chdir(tmp_path)
+    cfg = with_absolute_paths(RunConfig(policy=PolicyConfig(warm_start="assets/ws", adapter="ckpt")))
+    assert (cfg.policy.warm_start, cfg.policy.adapter) == (str(tmp_path.resolve() / "assets/ws"), str(tmp_path.resolve() / "ckpt"))
+    for keep in ("auto", "none", ""):  # names, and the empty value the warm-start check refuses by name
+        assert with_absolute_paths(RunConfig(policy=PolicyConfig(warm_start=keep))).policy.warm_start == keep
+
+
 def test_bad_flag_values_exit_2(sessions, capsys):
     assert main(["train", "--algo.loss-agg", "sum"]) == 2
     assert main(["train", "--no-such-flag", "1"]) == 2

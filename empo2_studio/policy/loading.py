@@ -81,8 +81,12 @@ def warm_start_dir(cfg: PolicyConfig) -> Path | None:
         folder = WARM_START_DIR / DEFAULT_WARM_START
         hint = f"build it with `{WARM_START_COMMAND}`, or start without it: --policy.warm-start none"
     else:
-        folder = Path(cfg.warm_start).expanduser()
         hint = "give a PEFT adapter directory, \"auto\" or \"none\""
+        if not cfg.warm_start.strip():
+            raise FileNotFoundError(f"policy.warm_start is empty ({cfg.warm_start!r}); {hint}")
+        folder = Path(cfg.warm_start).expanduser()
+        if folder.exists() and not folder.is_dir():
+            raise FileNotFoundError(f"policy.warm_start: {folder} is a file, not an adapter directory; {hint}")
     for name in ("adapter_config.json", "adapter_model.safetensors"):
         if not (folder / name).is_file():
             raise FileNotFoundError(f"policy.warm_start: {folder / name} is missing; {hint}")
@@ -184,9 +188,11 @@ def load_policy(cfg: PolicyConfig) -> Any:
         try:
             policy.load_adapter(str(warm))
         except ValueError as exc:
+            fix = f"rebuild it with `{WARM_START_COMMAND}`" if cfg.warm_start == "auto" else (
+                f"give an adapter built for {cfg.model} with this LoRA layout")
             raise ValueError(
-                f"policy.warm_start {str(warm)!r} does not fit this policy ({exc}); rebuild it with "
-                f"`{WARM_START_COMMAND}` or start without it: --policy.warm-start none"
+                f"policy.warm_start {str(warm)!r} does not fit this policy ({exc}); {fix}, or start without it: "
+                "--policy.warm-start none"
             ) from exc
         policy.version = "warm-start"
     return policy
