@@ -127,46 +127,42 @@ def test_load_adapter_refuses_wrong_shapes_and_keeps_the_weights(tiny_policy, tm
     assert tiny_policy.version == "base"
 
 
-def test_train_with_an_adapter_of_another_model_exits_2_in_one_line(tmp_path, capsys):
-    """Before the fix: exit 1 with a size-mismatch traceback, after the model loaded, and an empty
-    session folder left behind."""
+def train_tiny_with(flag: str, tmp_path, capsys) -> tuple[int, str, Path, Path]:
+    """`train` on the tiny model with `flag` (--policy.adapter or --policy.warm-start) naming an adapter
+    of another LoRA rank; returns (exit code, stderr, the adapter folder, the sessions folder)."""
     base = str(tiny_base_dir(tmp_path / "base", weights=True))
     bad = write_adapter(tmp_path / "bad", base, lora_shapes(**OTHER))
-    files = {p.name: p.read_bytes() for p in bad.iterdir()}
     sessions = tmp_path / "sessions"
     sessions.mkdir()
     (sessions / "keep.txt").write_text("the user's")
+    files = {p.name: p.read_bytes() for p in bad.iterdir()}
     capsys.readouterr()  # drop the setup's progress bars
     code = main([
-        "train", "--sessions-dir", str(sessions), "--policy.model", base, "--policy.adapter", str(bad),
+        "train", "--sessions-dir", str(sessions), "--policy.model", base, flag, str(bad),
         "--policy.quantization", "none", "--policy.lora-r", "4", "--memory.embedder", "hash",
         "--rollout.group-size", "2", "--train.iterations", "1", "--env.step-limit", "2",
     ])  # fmt: skip
     err = capsys.readouterr().err
+    assert sorted(p.name for p in sessions.iterdir()) == ["keep.txt"], err  # no session folder was created
+    assert {p.name: p.read_bytes() for p in bad.iterdir()} == files  # the adapter is untouched
+    return code, err, bad, sessions
+
+
+def test_train_with_an_adapter_of_another_model_exits_2_in_one_line(tmp_path, capsys):
+    """Before the fix: exit 1 with a size-mismatch traceback, after the model loaded, and an empty
+    session folder left behind."""
+    code, err, bad, _ = train_tiny_with("--policy.adapter", tmp_path, capsys)
     assert code == 2, err
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1 and "Traceback" not in err, err
     assert lines[0].startswith(f"empo2-studio train: adapter {str(bad / 'adapter_model.safetensors')!r} does not fit")
     assert "must be [4, 128]" in lines[0]
-    assert sorted(p.name for p in sessions.iterdir()) == ["keep.txt"]  # no session folder was created
-    assert {p.name: p.read_bytes() for p in bad.iterdir()} == files  # the adapter is untouched
 
 
 def test_train_with_a_warm_start_of_another_shape_exits_2_before_a_session(tmp_path, capsys):
     """A --policy.warm-start DIR is checked like --policy.adapter before any session exists (it was
     checked only after the model loaded, with advice to rebuild the shipped default)."""
-    base = str(tiny_base_dir(tmp_path / "base", weights=True))
-    bad = write_adapter(tmp_path / "bad", base, lora_shapes(**OTHER))
-    sessions = tmp_path / "sessions"
-    sessions.mkdir()
-    capsys.readouterr()
-    code = main([
-        "train", "--sessions-dir", str(sessions), "--policy.model", base, "--policy.warm-start", str(bad),
-        "--policy.quantization", "none", "--policy.lora-r", "4", "--memory.embedder", "hash",
-        "--rollout.group-size", "2", "--train.iterations", "1", "--env.step-limit", "2",
-    ])  # fmt: skip
-    err = capsys.readouterr().err
+    code, err, bad, _ = train_tiny_with("--policy.warm-start", tmp_path, capsys)
     assert code == 2 and "Traceback" not in err, err
     assert f"policy.warm_start: adapter {str(bad / 'adapter_model.safetensors')!r} does not fit" in err
     assert "make_warmstart" not in err  # the user's folder: rebuilding the shipped default would not fix it
-    assert list(sessions.iterdir()) == []
