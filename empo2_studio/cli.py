@@ -36,7 +36,7 @@ import tyro
 from empo2_studio import __version__
 from empo2_studio.cli_checks import (  # the names scale.launch reads off this module too
     ABORTED, FAILURE, OK, USAGE, UsageError, check_adapter, check_env, check_unseen_task, discard_new_session,
-    message, open_session, refuse_config_change, session_root, with_absolute_paths,
+    message, open_session, refuse_config_change, session_root,
 )  # fmt: skip
 from empo2_studio.cli_commands import COMMANDS, AdaptCmd, AppCmd, DistillCmd, EvalCmd, TrainCmd
 from empo2_studio.cli_records import SHOWN_METRICS, fmt, run_sessions, run_tips
@@ -170,11 +170,10 @@ def run_train(cmd: TrainCmd) -> int:
     else:
         if cmd.more is not None:
             raise UsageError("--more only applies with --resume; use --train.iterations for a new run")
-        run = with_absolute_paths(cmd.run)  # config.json must find the adapter from any working directory
-        check_env(run)  # a bad task or variation is a usage error, before a session or model exists
-        check_adapter(run)  # so is an adapter that does not fit the base model
+        check_env(cmd.run)  # a bad task or variation is a usage error, before a session or model exists
+        check_adapter(cmd.run)  # so is an adapter that does not fit the base model
         try:
-            session = Session.create(session_root(cmd.sessions_dir), run)
+            session = Session.create(session_root(cmd.sessions_dir), cmd.run)
         except (ValueError, FileExistsError) as e:
             raise UsageError(str(e)) from None
         try:

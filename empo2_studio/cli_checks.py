@@ -61,17 +61,6 @@ def check_env(cfg: RunConfig) -> None:
         )
 
 
-def with_absolute_paths(cfg: RunConfig) -> RunConfig:
-    """`cfg` with a `--policy.adapter` or `--policy.warm-start` directory made absolute, so the session's
-    config.json still finds it when the run is resumed or evaluated from another working directory."""
-    policy = cfg.policy
-    if policy.adapter:
-        policy = replace(policy, adapter=str(Path(policy.adapter).expanduser().resolve()))
-    if policy.warm_start.strip() and policy.warm_start not in ("auto", "none"):
-        policy = replace(policy, warm_start=str(Path(policy.warm_start).expanduser().resolve()))
-    return replace(cfg, policy=policy)
-
-
 def check_adapter(cfg: RunConfig) -> None:
     """Reject `--policy.adapter DIR`, or without it a `--policy.warm-start DIR`, that the base model cannot
     load (missing adapter files, not a PEFT directory, another base, another LoRA rank / targets, or tensor

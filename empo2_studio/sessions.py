@@ -50,6 +50,17 @@ def default_sessions_root() -> Path:
     return Path(os.environ.get("EMPO2_SESSIONS_DIR") or "sessions")
 
 
+def absolute_paths(cfg: RunConfig) -> RunConfig:
+    """`cfg` with its `policy.adapter` and `policy.warm_start` folders absolute ("~" expanded); the names
+    "auto" and "none", and an empty value (refused by `policy.loading.warm_start_dir`), are kept."""
+    policy = cfg.policy
+    if policy.adapter:
+        policy = replace(policy, adapter=str(Path(policy.adapter).expanduser().resolve()))
+    if policy.warm_start.strip() and policy.warm_start not in ("auto", "none"):
+        policy = replace(policy, warm_start=str(Path(policy.warm_start).expanduser().resolve()))
+    return replace(cfg, policy=policy)
+
+
 class SessionNotFoundError(FileNotFoundError):
     """No session with that run id under the root; the message lists the ones that exist."""
 
@@ -102,7 +113,8 @@ class Session:
 
     @classmethod
     def create(cls, root: str | os.PathLike[str], cfg: RunConfig) -> Session:
-        """Make `root/<run_id>/` and write config.json.
+        """Make `root/<run_id>/` and write config.json, with a `policy.adapter` or `policy.warm_start`
+        folder made absolute (`absolute_paths`) so a resume or eval from another working directory finds it.
 
         `cfg.run_id` is used when set (validated; an existing id is refused with FileExistsError),
         otherwise `make_run_id(cfg)` with a numeric suffix if that second's id is taken.
@@ -122,7 +134,7 @@ class Session:
                 ) from None
         else:
             run_id, directory = _fresh_dir(root, make_run_id(cfg))
-        cfg = replace(cfg, run_id=run_id)
+        cfg = replace(absolute_paths(cfg), run_id=run_id)
         atomic_write(directory / CONFIG, cfg.to_json())
         (directory / ADAPTERS).mkdir()
         return cls(directory, cfg)

@@ -106,14 +106,15 @@ def test_an_empty_or_file_warm_start_exits_2_naming_it(sessions, capsys, value, 
 def test_a_relative_adapter_or_warm_start_is_stored_absolute(tmp_path, monkeypatch):
     """A session's config.json must find its adapter when resumed from another working directory
     (a relative --policy.warm-start made `train --resume` exit 1 from anywhere else)."""
-    from empo2_studio.cli_checks import with_absolute_paths
     from empo2_studio.config import PolicyConfig, RunConfig
+    from empo2_studio.sessions import Session, absolute_paths
 
     monkeypatch.chdir(tmp_path)
-    cfg = with_absolute_paths(RunConfig(policy=PolicyConfig(warm_start="assets/ws", adapter="ckpt")))
-    assert (cfg.policy.warm_start, cfg.policy.adapter) == (str(tmp_path.resolve() / "assets/ws"), str(tmp_path.resolve() / "ckpt"))
+    session = Session.create(tmp_path / "sessions", RunConfig(policy=PolicyConfig(warm_start="assets/ws", adapter="ckpt")))
+    stored = Session.open(tmp_path / "sessions", session.run_id).config.policy
+    assert (stored.warm_start, stored.adapter) == (str(tmp_path.resolve() / "assets/ws"), str(tmp_path.resolve() / "ckpt"))
     for keep in ("auto", "none", ""):  # names, and the empty value the warm-start check refuses by name
-        assert with_absolute_paths(RunConfig(policy=PolicyConfig(warm_start=keep))).policy.warm_start == keep
+        assert absolute_paths(RunConfig(policy=PolicyConfig(warm_start=keep))).policy.warm_start == keep
 
 
 def test_bad_flag_values_exit_2(sessions, capsys):
