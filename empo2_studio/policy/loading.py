@@ -11,18 +11,16 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from empo2_studio.config import DEVICES, EMBEDDED_MODEL, QUANTIZATIONS, PolicyConfig
+from empo2_studio.config import DEFAULT_WARM_START, DEVICES, EMBEDDED_MODEL, QUANTIZATIONS, WARM_START_DIR, PolicyConfig
 from empo2_studio.policy.adapter_check import adapter_last_layers, check_adapter  # noqa: F401  (check_adapter: the CLI's entry)
 from empo2_studio.policy.lora import add_lora
 from empo2_studio.policy.model_files import embedded_tokenizer_dir, load_tokenizer, resolve_model
 
-WARM_START_DIR = Path(__file__).resolve().parents[2] / "assets" / "warmstart"
-DEFAULT_WARM_START = f"{EMBEDDED_MODEL}-walk-back"
-"""The folder under WARM_START_DIR that "auto" loads: the adapter that reads notes in plain words and walks
-back from the can (the plain-words adapter fine-tuned on the walk back and on notes that rule rooms out;
-the default since 2026-12-05, docs/notebook/2026-12-05-walk-back-default.md). The adapters it replaced
-stay beside it, opt-in: `{EMBEDDED_MODEL}-plain-words` (the default 2026-12-04 to 2026-12-05, which it is
-built from) and the template adapter `EMBEDDED_MODEL` (before 2026-12-04)."""
+# DEFAULT_WARM_START (config), the folder under WARM_START_DIR that "auto" loads, is the adapter that reads
+# notes in plain words and walks back from the can: the plain-words adapter fine-tuned on the walk back and
+# on notes that rule rooms out, the default since 2026-12-05 (docs/notebook/2026-12-05-walk-back-default.md).
+# The adapters it replaced stay beside it, opt-in: `…-plain-words` (the default 2026-12-04 to 2026-12-05,
+# which it is built from) and the template adapter named EMBEDDED_MODEL (before 2026-12-04).
 WARM_START_COMMAND = (
     ".venv/bin/python scripts/make_warmstart.py --recipe wordings --per-layout 4 --epochs 2 --focus-weight 3 "
     f"--plan-share 0.2 --init assets/warmstart/{EMBEDDED_MODEL}-plain-words --return-trips --negation 0.15 "
@@ -188,7 +186,7 @@ def load_policy(cfg: PolicyConfig) -> Any:
         try:
             policy.load_adapter(str(warm))
         except ValueError as exc:
-            fix = f"rebuild it with `{WARM_START_COMMAND}`" if cfg.warm_start == "auto" else (
+            fix = f"rebuild it with `{WARM_START_COMMAND}`" if warm == WARM_START_DIR / DEFAULT_WARM_START else (
                 f"give an adapter built for {cfg.model} with this LoRA layout")
             raise ValueError(
                 f"policy.warm_start {str(warm)!r} does not fit this policy ({exc}); {fix}, or start without it: "
