@@ -646,6 +646,8 @@ def main(argv: list[str] | None = None) -> int:
            "note-following conversation)" if args.reflect and not args.reflect_only else "")
         + (f", plus trap-water-plant train layouts {[v for _, v in returns]} for the walk back from the can's room "
            "(--return-trips)" if returns else "")
+        + (", the moves from the can's pick-up to the first focus weighted like the focus (--return-weight)"
+           if args.return_weight and not args.reflect_only else "")
         + (f", {args.negation:g} of the note-following conversations with a note that only rules rooms out, "
            "entering one of them first (--negation)" if args.negation and not args.reflect_only else "")
         + ("" if args.reflect_only else " and note-free random walks (KL to the base model)")

@@ -60,7 +60,8 @@ def test_every_shipped_adapter_fits_the_embedded_model_and_the_default_says_how_
 
     default = WARM_START_DIR / DEFAULT_WARM_START
     plain, template = WARM_START_DIR / f"{EMBEDDED_MODEL}-plain-words", WARM_START_DIR / EMBEDDED_MODEL
-    for folder in (default, plain, template):  # the defaults before 2026-12-05 and 2026-12-04 stay opt-in
+    route = WARM_START_DIR / f"{EMBEDDED_MODEL}-route"  # opt-in: the walk back weighted (--return-weight)
+    for folder in (default, plain, template, route):  # the defaults before 2026-12-05 and 2026-12-04 stay opt-in
         assert warm_start_dir(PolicyConfig(warm_start=str(folder))) == folder
         check_adapter(folder, PolicyConfig())  # raises on another base, rank, targets or shapes
         assert adapter_last_layers(folder) == 12  # the same layout: runs from any of them cost the same per step

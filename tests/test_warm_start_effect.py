@@ -112,3 +112,30 @@ def test_the_default_leaves_a_room_its_note_rules_out_more_often_than_the_adapte
     ours = focus_in_ruled_out_room(policy, "trap-water-plant", 40, "bedroom")
     before = focus_in_ruled_out_room(plain, "trap-water-plant", 40, "bedroom")
     assert ours <= 0.4 and before >= 0.8
+
+
+def walk_back_turn(policy, variation: int) -> float:
+    """P(go to the flower's room | back in the hallway, carrying the can) on the gold path of a water-plant
+    layout whose can starts in a third room, the note writer's long note shown whole (bench_notes part
+    "mixed", its "found in the middle (the writer's order)" row)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_notes_route", ROOT / "benchmarks" / "bench_notes.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    task = "trap-water-plant"
+    note = bench.mixed_notes(task, variation)["found in the middle (the writer's order)"]
+    gold = TrapEnv().gold_path(task, variation)
+    turn = gold.index(f"go to {TrapEnv().layout(task, variation).target_room}")
+    with torch.no_grad():
+        (scored,) = policy.score([bench.gold_conversation(policy, task, variation, note, False)])
+    return float(scored[turn].sum().exp())
+
+
+def test_the_route_adapter_heads_for_the_flower_with_the_can_more_often_than_the_walk_back_adapter():
+    """The route adapter (the walk back weighted like the focus, docs/notebook/2026-12-05-route-adapter.md)
+    against the walk-back adapter it was fine-tuned from. Layout 37 (can in the workshop, flower in the
+    bedroom), in the hallway with the can: measured 0.29 against 0.05."""
+    folders = {name: ROOT / "assets" / "warmstart" / f"smollm2-135m-instruct-{name}" for name in ("route", "walk-back")}
+    p = {name: walk_back_turn(load_policy(PolicyConfig(warm_start=str(f))), 37) for name, f in folders.items()}
+    assert p["route"] >= 0.2 and p["walk-back"] <= 0.1, p
