@@ -28,6 +28,7 @@ import sys
 import threading
 import traceback
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -158,6 +159,8 @@ def run_train(cmd: TrainCmd) -> int:
         check_launch(cmd.run, 1, resuming=bool(cmd.resume))  # a multi-process run needs its launcher
     except ValueError as e:
         raise UsageError(str(e)) from None
+    if cmd.more is not None and cmd.more < 1:
+        raise UsageError(f"--more is how many more iterations to train and must be ≥ 1, got {cmd.more}")
     if cmd.resume:
         session = open_session(cmd.resume, cmd.sessions_dir)
         refuse_config_change(session, cmd.run)
@@ -178,8 +181,8 @@ def run_train(cmd: TrainCmd) -> int:
             raise UsageError(str(e)) from None
         try:
             trainer = _load_trainer(session, require_checkpoint=False)
-        except ValueError as e:  # the config names something the model lacks (e.g. LoRA target modules)
-            discard_new_session(session)
+        except (ValueError, FileNotFoundError) as e:  # a model not found offline, or something it lacks
+            discard_new_session(session)  # (e.g. LoRA target modules): nothing trained, nothing kept
             raise UsageError(message(e)) from None
         print(f"session {session.run_id} in {session.dir}", file=sys.stderr)
         todo = session.config.train.iterations
@@ -308,13 +311,11 @@ def _load_frozen_policy(session: Session) -> tuple[Any, int]:
     from empo2_studio.trainer import latest_complete_checkpoint
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    policy = load_policy(session.config.policy)
     latest = latest_complete_checkpoint(session)
     if latest is None:
-        return policy, 0
-    iteration, path = latest
-    policy.load_adapter(str(path))
-    return policy, iteration
+        return load_policy(session.config.policy), 0
+    iteration, path = latest  # the checkpoint replaces the warm start, whose folder may have moved since
+    return load_policy(replace(session.config.policy, adapter=str(path))), iteration
 
 
 class _StopOnInterrupt:

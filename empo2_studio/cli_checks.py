@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from empo2_studio.config import DEFAULT_WARM_START, WARM_START_DIR, RunConfig
-from empo2_studio.sessions import Session, default_sessions_root
+from empo2_studio.sessions import Session, absolute_paths, default_sessions_root
 
 OK, FAILURE, USAGE, ABORTED = 0, 1, 2, 130
 """Exit codes: ok, failure, usage (bad flag, invalid config, unknown run), aborted by a second Ctrl-C."""
@@ -24,8 +24,11 @@ class UsageError(Exception):
 
 
 def session_root(sessions_dir: Path | None) -> Path:
-    """`--sessions-dir`, else $EMPO2_SESSIONS_DIR, else ./sessions."""
-    return Path(sessions_dir) if sessions_dir is not None else default_sessions_root()
+    """`--sessions-dir`, else $EMPO2_SESSIONS_DIR, else ./sessions; UsageError when that is a file."""
+    root = Path(sessions_dir) if sessions_dir is not None else default_sessions_root()
+    if root.exists() and not root.is_dir():
+        raise UsageError(f"the sessions folder {str(root)!r} is a file; give a folder with --sessions-dir")
+    return root
 
 
 def open_session(run_id: str, sessions_dir: Path | str | None) -> Session:
@@ -120,14 +123,15 @@ def check_tip_file(path: Path) -> None:
 def refuse_config_change(session: Session, cfg: RunConfig) -> None:
     """Resuming keeps the stored config: a different base model gets `check_compatible`'s message,
     any other change is refused too (earlier iterations must stay described by config.json)."""
-    cfg = replace(cfg, run_id=session.config.run_id)
-    if cfg == session.config:
+    # Folders compared as Session.create stores them ("auto" or a relative path names the stored folder).
+    cfg, stored = replace(absolute_paths(cfg), run_id=session.config.run_id), absolute_paths(session.config)
+    if cfg == stored:
         return
     try:
         session.check_compatible(cfg)
     except ValueError as e:
         raise UsageError(str(e)) from None
-    changed = sorted(_diff(asdict(session.config), asdict(cfg)))
+    changed = sorted(_diff(asdict(stored), asdict(cfg)))
     raise UsageError(
         f"--resume continues {session.run_id!r} with its stored config; these flags would change it: "
         f"{', '.join(changed)}. Start a new run instead: empo2-studio train --config "

@@ -14,8 +14,7 @@ and the session the run is recorded in. One `step()` is one iteration:
 6. metrics and episodes go to the session; the adapter (and trainer state) every `checkpoint_every`.
 
 Learning rate: the paper's 1e-6 is for full fine-tuning of a 7B model; LoRA's low-rank delta needs a much
-larger step: `TrainConfig.learning_rate` (1e-4 by default; docs/benchmarks/learning.md). Evaluation and OOD
-adaptation live in `evaluation.py`; the update math in `update.py`.
+larger step (`TrainConfig.learning_rate`). Evaluation and OOD adaptation: `evaluation.py`; the update math: `update.py`.
 """
 
 from __future__ import annotations
@@ -26,6 +25,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -161,13 +161,8 @@ class Trainer:
         metrics["time/iteration"] = time.perf_counter() - t_start
         return metrics
 
-    def train(
-        self,
-        iterations: int,
-        *,
-        stop: threading.Event | None = None,
-        on_report: Callable[[IterationReport], None] | None = None,
-    ) -> list[IterationReport]:
+    def train(self, iterations: int, *, stop: threading.Event | None = None,
+              on_report: Callable[[IterationReport], None] | None = None) -> list[IterationReport]:  # fmt: skip
         """Run up to `iterations` steps (stopping early, after the current step, when `stop` is set).
 
         Checkpoints every `checkpoint_every` iterations and once at the end.
@@ -368,18 +363,23 @@ class Trainer:
     def resume(cls, session: Any, **kw: Any) -> Trainer:
         """A trainer continuing `session` from its latest complete checkpoint.
 
-        Loads the adapter (the policy refuses one saved for another base model), the optimizer state,
-        the RNG state and the novelty memories; tips and episodes recorded after that checkpoint stay,
+        Loads the adapter (the policy refuses one saved for another base model; without a ready `policy`
+        the checkpoint is loaded in place of the warm start, whose folder is then not needed), the
+        optimizer, RNG state and novelty memories; tips and episodes recorded after that checkpoint stay,
         metrics rows of the iterations after it are superseded (`Session.mark_resumed`).
 
         Raises:
             ValueError: the session has no checkpoint, or the checkpoint belongs to another base model.
         """
-        trainer = cls(session.config, session, **kw)
+        from empo2_studio.policy import load_policy
+
         latest = latest_complete_checkpoint(session)
         if latest is None:
             raise ValueError(f"session {session.dir} has no complete checkpoint to resume from")
         iteration, path = latest
+        if kw.get("policy") is None:
+            kw["policy"] = load_policy(replace(session.config.policy, adapter=str(path)))
+        trainer = cls(session.config, session, **kw)
         trainer.policy.load_adapter(str(path))
         # map_location: a GPU-written state resumes anywhere; the optimizer moves it to its parameters
         state = torch.load(Path(path) / STATE_FILE, weights_only=False, map_location="cpu")

@@ -83,6 +83,35 @@ def test_train_config_the_model_rejects_exits_2_and_leaves_no_session(sessions, 
     assert list(sessions.iterdir()) == []
 
 
+def test_a_model_not_found_offline_exits_2_and_leaves_no_session(sessions, capsys, monkeypatch):
+    import empo2_studio.cli as cli
+
+    def missing(session, *, require_checkpoint):
+        raise FileNotFoundError("model 'some/unknown-model' is not in the offline cache")
+
+    monkeypatch.setattr(cli, "_load_trainer", missing)
+    assert main(["train", "--policy.model", "some/unknown-model"]) == 2
+    err = capsys.readouterr().err
+    assert "'some/unknown-model' is not in the offline cache" in err and "Traceback" not in err
+    assert list(sessions.iterdir()) == []
+
+
+def test_a_sessions_dir_that_is_a_file_exits_2_naming_it(sessions, capsys):
+    (sessions / "notes.txt").write_text("x")
+    assert main(["train", "--sessions-dir", str(sessions / "notes.txt")]) == 2
+    assert f"the sessions folder '{sessions / 'notes.txt'}' is a file" in capsys.readouterr().err
+    assert [p.name for p in sessions.iterdir()] == ["notes.txt"]
+
+
+@pytest.mark.parametrize("more", ["0", "-1"])
+def test_more_below_one_exits_2_before_anything_loads(sessions, capsys, more):
+    Session.create(sessions, RunConfig(run_id="run-a"))
+    before = sorted(p.name for p in (sessions / "run-a").iterdir())
+    assert main(["train", "--resume", "run-a", "--more", more]) == 2
+    assert f"--more is how many more iterations to train and must be ≥ 1, got {more}" in capsys.readouterr().err
+    assert sorted(p.name for p in (sessions / "run-a").iterdir()) == before  # no resume row, no state
+
+
 def test_a_warm_start_folder_that_is_not_an_adapter_exits_2_and_leaves_no_session(sessions, tmp_path, capsys):
     assert main(["train", "--policy.warm-start", str(tmp_path / "walkback")]) == 2
     err = capsys.readouterr().err
@@ -160,6 +189,9 @@ def test_resume_refuses_other_model_and_other_settings(sessions, capsys):
     assert main(["train", "--resume", "run-a", "--train.learning-rate", "0.5"]) == 2
     assert "train.learning_rate" in capsys.readouterr().err
     assert main(["train", "--resume", "run-a", "--config", "x.json"]) == 2
+    # "auto" names the folder config.json stores: no change (refused only for having no checkpoint)
+    assert main(["train", "--resume", "run-a", "--policy.warm-start", "auto"]) == 2
+    assert "has no checkpoint to resume from" in capsys.readouterr().err
     # adapt checks the task before loading any model
     assert main(["adapt", "--from", "run-a", "--task", "nope"]) == 2
     assert "unknown task 'nope' for env 'trap'; valid: trap-light-bulb, trap-find-animal" in capsys.readouterr().err

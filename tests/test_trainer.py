@@ -343,6 +343,25 @@ def test_checkpoint_and_resume_restore_state(tmp_path, tiny_policy):
     assert [r["iteration"] for r in session.metrics(superseded=True)] == [1, 2, 3, 2, 3]
 
 
+def test_resume_loads_the_checkpoint_in_place_of_a_warm_start_folder_that_is_gone(tmp_path, tiny_policy, monkeypatch):
+    """A session whose stored warm-start folder moved or was deleted (a newer default, a moved clone)
+    resumes from its checkpoint, which holds every trained weight: the policy is loaded with the
+    checkpoint as its adapter, so `warm_start_dir` never looks for the folder."""
+    import empo2_studio.policy as policy_pkg
+    from empo2_studio.policy import build_tiny_policy
+    from empo2_studio.policy.loading import warm_start_dir
+
+    trainer = make_trainer(tmp_path, tiny_policy, policy={"warm_start": str(tmp_path / "gone")})
+    trainer.train(1)
+    asked = []
+    monkeypatch.setattr(policy_pkg, "load_policy", lambda cfg: asked.append(cfg) or build_tiny_policy(seed=0))
+    resumed = Trainer.resume(Session.open(tmp_path / "sessions", "t"), embedder=make_embedder("hash"))
+    (cfg,) = asked
+    assert cfg.adapter == str(trainer.session.adapter_dir(1)) and warm_start_dir(cfg) is None
+    assert cfg.warm_start == str(tmp_path / "gone") and resumed.iteration == 1
+    assert all(torch.equal(a, b) for a, b in zip(_params(tiny_policy), resumed.policy.trainable_parameters()))
+
+
 def test_resume_without_checkpoint_is_refused(tmp_path, tiny_policy):
     trainer = make_trainer(tmp_path, tiny_policy)
     with pytest.raises(ValueError, match="no complete checkpoint"):

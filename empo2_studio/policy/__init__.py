@@ -15,11 +15,22 @@ log-probs at T = 1 (`logprob_temperature`). The temperature of every episode is 
 
 from __future__ import annotations
 
+import logging
+import warnings
 from dataclasses import dataclass
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Protocol, Sequence
 
 from empo2_studio.types import ActionSample, Decoding
+
+# On an AVX512-BF16 CPU, importing bitsandbytes looks on the Hugging Face Hub for an optional 4-bit CPU
+# kernel and, offline, logs two warnings that read as errors. The policy never uses it (float32 on CPU).
+for _logger in ("bitsandbytes.backends.cpu.ops", "kernels"):
+    logging.getLogger(_logger).setLevel(logging.ERROR)
+# peft asks transformers a deprecated question on every LoRA wrap, and looks for the base model's config on
+# the Hub when it saves an adapter of the embedded model (whose vocabulary is unchanged): noise to a user.
+warnings.filterwarnings("ignore", message=r"`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+warnings.filterwarnings("ignore", message=r"Could not find a config file in ", category=UserWarning)
 
 if TYPE_CHECKING:  # torch is imported only by the implementation
     import torch
