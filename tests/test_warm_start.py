@@ -18,7 +18,7 @@ from empo2_studio.policy.loading import (
 
 def test_auto_is_the_walk_back_adapter_for_the_embedded_model_only():
     shipped = WARM_START_DIR / DEFAULT_WARM_START
-    assert DEFAULT_WARM_START == f"{EMBEDDED_MODEL}-walk-back"
+    assert DEFAULT_WARM_START == f"{EMBEDDED_MODEL}-route"
     assert warm_start_dir(PolicyConfig()) == shipped
     assert (shipped / "adapter_model.safetensors").is_file() and (shipped / "warmstart.json").is_file()
     meta = json.loads((shipped / "warmstart.json").read_text())
@@ -60,18 +60,18 @@ def test_every_shipped_adapter_fits_the_embedded_model_and_the_default_says_how_
 
     default = WARM_START_DIR / DEFAULT_WARM_START
     plain, template = WARM_START_DIR / f"{EMBEDDED_MODEL}-plain-words", WARM_START_DIR / EMBEDDED_MODEL
-    route = WARM_START_DIR / f"{EMBEDDED_MODEL}-route"  # opt-in: the walk back weighted (--return-weight)
-    for folder in (default, plain, template, route):  # the defaults before 2026-12-05 and 2026-12-04 stay opt-in
+    walk_back = WARM_START_DIR / f"{EMBEDDED_MODEL}-walk-back"
+    for folder in (default, walk_back, plain, template):  # the defaults before it stay opt-in
         assert warm_start_dir(PolicyConfig(warm_start=str(folder))) == folder
         check_adapter(folder, PolicyConfig())  # raises on another base, rank, targets or shapes
         assert adapter_last_layers(folder) == 12  # the same layout: runs from any of them cost the same per step
     meta = json.loads((default / "warmstart.json").read_text())
     assert (meta["recipe"], meta["plan_share"], meta["focus_weight"], meta["splits"]) == ("wordings", 0.2, 3.0, ["dev"])
-    assert (meta["per_layout"], meta["epochs"], meta["lr"], meta["negation"]) == (4, 2, 3e-4, 0.15)
-    assert meta["init"] == f"assets/warmstart/{EMBEDDED_MODEL}-plain-words" and meta["return_trips"]
-    for flag in ("--recipe wordings", "--per-layout 4", "--epochs 2", "--focus-weight 3", "--plan-share 0.2",
-                 f"--init assets/warmstart/{EMBEDDED_MODEL}-plain-words", "--return-trips", "--negation 0.15",
-                 "--lr 3e-4"):  # fmt: skip
+    assert (meta["per_layout"], meta["epochs"], meta["lr"], meta["negation"]) == (4, 1, 3e-4, 0.15)
+    assert meta["init"] == f"assets/warmstart/{EMBEDDED_MODEL}-walk-back" and meta["return_trips"] and meta["return_weight"]
+    for flag in ("--recipe wordings", "--per-layout 4", "--epochs 1", "--focus-weight 3", "--plan-share 0.2",
+                 f"--init assets/warmstart/{EMBEDDED_MODEL}-walk-back", "--return-trips", "--return-weight",
+                 "--negation 0.15", "--lr 3e-4"):  # fmt: skip
         assert flag in WARM_START_COMMAND, flag
     card = " ".join((default / "README.md").read_text().replace("\\\n", " ").split())
     assert " ".join(WARM_START_COMMAND.replace(".venv/bin/python ", "").split()) in card

@@ -16,15 +16,15 @@ from empo2_studio.policy.adapter_check import adapter_last_layers, check_adapter
 from empo2_studio.policy.lora import add_lora
 from empo2_studio.policy.model_files import embedded_tokenizer_dir, load_tokenizer, resolve_model
 
-# DEFAULT_WARM_START (config), the folder under WARM_START_DIR that "auto" loads, is the adapter that reads
-# notes in plain words and walks back from the can: the plain-words adapter fine-tuned on the walk back and
-# on notes that rule rooms out, the default since 2026-12-05 (docs/notebook/2026-12-05-walk-back-default.md).
-# The adapters it replaced stay beside it, opt-in: `…-plain-words` (the default 2026-12-04 to 2026-12-05,
-# which it is built from) and the template adapter named EMBEDDED_MODEL (before 2026-12-04).
+# DEFAULT_WARM_START (config), the folder under WARM_START_DIR that "auto" loads, is the route adapter: the
+# walk-back adapter fine-tuned with the walk from the can to the flower weighted like the focus, the default
+# since 2026-12-05, night (docs/notebook/2026-12-05-route-adapter.md). The adapters before it stay beside it,
+# opt-in: `…-walk-back` (which it is built from; the default on 2026-12-05 from the evening), `…-plain-words`
+# (2026-12-04 to 2026-12-05) and the template adapter named EMBEDDED_MODEL (before 2026-12-04).
 WARM_START_COMMAND = (
-    ".venv/bin/python scripts/make_warmstart.py --recipe wordings --per-layout 4 --epochs 2 --focus-weight 3 "
-    f"--plan-share 0.2 --init assets/warmstart/{EMBEDDED_MODEL}-plain-words --return-trips --negation 0.15 "
-    f"--lr 3e-4 --out assets/warmstart/{DEFAULT_WARM_START}"
+    ".venv/bin/python scripts/make_warmstart.py --recipe wordings --per-layout 4 --epochs 1 --focus-weight 3 "
+    f"--plan-share 0.2 --init assets/warmstart/{EMBEDDED_MODEL}-walk-back --return-trips --return-weight "
+    f"--negation 0.15 --lr 3e-4 --out assets/warmstart/{DEFAULT_WARM_START}"
 )
 TINY_MODEL_NAME = "tiny-random-llama"
 
