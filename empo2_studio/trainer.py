@@ -371,15 +371,13 @@ class Trainer:
         Raises:
             ValueError: the session has no checkpoint, or the checkpoint belongs to another base model.
         """
-        from empo2_studio.policy import load_policy
-
         latest = latest_complete_checkpoint(session)
         if latest is None:
             raise ValueError(f"session {session.dir} has no complete checkpoint to resume from")
         iteration, path = latest
-        if kw.get("policy") is None:
-            kw["policy"] = load_policy(replace(session.config.policy, adapter=str(path)))
-        trainer = cls(session.config, session, **kw)
+        # A policy built here loads the checkpoint as its adapter (each subclass builds its own, e.g. for vLLM).
+        cfg = replace(session.config, policy=replace(session.config.policy, adapter=str(path)))
+        trainer = cls(cfg if kw.get("policy") is None else session.config, session, **kw)
         trainer.policy.load_adapter(str(path))
         # map_location: a GPU-written state resumes anywhere; the optimizer moves it to its parameters
         state = torch.load(Path(path) / STATE_FILE, weights_only=False, map_location="cpu")
