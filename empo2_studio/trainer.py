@@ -14,7 +14,8 @@ and the session the run is recorded in. One `step()` is one iteration:
 6. metrics and episodes go to the session; the adapter (and trainer state) every `checkpoint_every`.
 
 Learning rate: the paper's 1e-6 is for full fine-tuning of a 7B model; LoRA's low-rank delta needs a much
-larger step (`TrainConfig.learning_rate`). Evaluation and OOD adaptation: `evaluation.py`; the update math: `update.py`.
+larger step: `TrainConfig.learning_rate` (1e-4 by default; docs/benchmarks/learning.md). Evaluation and OOD
+adaptation live in `evaluation.py`; the update math in `update.py`.
 """
 
 from __future__ import annotations
