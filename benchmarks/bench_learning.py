@@ -42,7 +42,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch  # noqa: E402
 
 from empo2_studio.config import (  # noqa: E402
-    CHOICE_NORMS, DECODINGS, EnvConfig, MemoryConfig, PolicyConfig, RolloutConfig, RunConfig, TrainConfig,
+    CHOICE_NORMS, DECODINGS, DEFAULT_WARM_START, EnvConfig, MemoryConfig, PolicyConfig, RolloutConfig, RunConfig, TrainConfig,
 )
 from empo2_studio.memory import make_embedder  # noqa: E402
 from empo2_studio.policy import load_policy  # noqa: E402
@@ -302,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--choice-norm", default="word", choices=CHOICE_NORMS, help="action decoding's normalisation")
     ap.add_argument("--choice-pmi", action="store_true", help="action decoding: PMI calibration")
     ap.add_argument("--warm-start", default=PolicyConfig().warm_start,
-                    help="policy.warm_start, both arms: auto (the default adapter, walk-back) | none | an adapter DIR")
+                    help=f"policy.warm_start, both arms: auto (the default adapter, {DEFAULT_WARM_START}) | none | an adapter DIR")
     ap.add_argument("--threads", type=int, default=2,
                     help="torch threads (1 for two processes side by side, e.g. one per arm; see --merge)")
     ap.add_argument("--sw-task", default="find-living-thing")

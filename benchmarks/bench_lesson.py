@@ -39,6 +39,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch  # noqa: E402
 
 from empo2_studio.config import (  # noqa: E402
+    DEFAULT_WARM_START,
     LOW_PROB_REFS,
     NOTE_CONTEXTS,
     AlgoConfig,
@@ -367,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="who writes the tips (memory.note_writer): auto (the shipped writer), none (the acting policy) or an adapter")
     ap.add_argument("--note-context", default=MemoryConfig().note_context, choices=NOTE_CONTEXTS,
                     help="a tip is written after the whole episode or per observation (memory.note_context; auto: as the writer was trained)")
-    ap.add_argument("--warm-start", default=RunConfig().policy.warm_start, help="auto (the default adapter, walk-back) | none | DIR")
+    ap.add_argument("--warm-start", default=RunConfig().policy.warm_start, help=f"auto (the default adapter, {DEFAULT_WARM_START}) | none | DIR")
     ap.add_argument("--root", type=Path, default=None, help="sessions root (default: $EMPO2_SESSIONS_DIR or ./sessions)")
     ap.add_argument("--threads", type=int, default=2, help="torch CPU threads (1 when two benchmarks share 2 cores)")
     args = ap.parse_args(argv)

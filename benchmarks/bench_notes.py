@@ -86,7 +86,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
 
-from empo2_studio.config import MemoryConfig, RunConfig  # noqa: E402
+from empo2_studio.config import DEFAULT_WARM_START, MemoryConfig, RunConfig  # noqa: E402
 from empo2_studio.envs.note_check import NoteFacts, NoteVerdict, check_note, episode_facts  # noqa: E402
 from empo2_studio.envs.trap import CAN, START_ROOM, TASKS, TrapEnv  # noqa: E402
 from empo2_studio.envs.trap_world import SIDE_ROOMS, route  # noqa: E402
@@ -802,7 +802,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--episodes", type=int, default=4, help="episodes per layout, note and seed")
     ap.add_argument("--step-limit", type=int, default=8)
     ap.add_argument("--temperature", type=float, default=1.0)
-    ap.add_argument("--warm-start", default=RunConfig().policy.warm_start, help="auto (the default adapter, walk-back) | none | DIR")
+    ap.add_argument("--warm-start", default=RunConfig().policy.warm_start, help=f"auto (the default adapter, {DEFAULT_WARM_START}) | none | DIR")
     ap.add_argument("--writer-context", choices=["auto", "conversation", "transcript", "observation"], default="auto",
                     help="what the note is written after: the episode as the policy saw it, its transcript alone "
                          "(for writers built with make_warmstart.py --context transcript), or each observation "

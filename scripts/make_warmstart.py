@@ -671,7 +671,7 @@ Built by `scripts/make_warmstart.py` (seed {seed}, {epochs} epochs, lr {lr}, LoR
 layers, note-free KL anchor weight {anchor_weight}, {seconds} s on this machine's CPU).
 Trained on: {trained_on}. It teaches the embedded model one skill the paper's 7B model already had: to take
 the action its notes imply, among the step's valid actions. A run starts from it with
-`--policy.warm-start <this folder>` (`auto` is the default named in empo2_studio/policy/loading.py,
+`--policy.warm-start <this folder>` (`auto` is the default named in empo2_studio/config.py,
 DEFAULT_WARM_START; `none` is an untrained LoRA); `warmstart.json` holds the loss curve.
 """
 
