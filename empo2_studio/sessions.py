@@ -7,7 +7,7 @@ Layout of `sessions/<run_id>/` (every file readable without the studio):
     episodes.jsonl       one Episode.to_dict() per line (replayable; Episode.from_dict reads it back)
     tips.lance/          the tip table (owned and written by memory.TipStore)
     adapters/iter_000005/  one PEFT adapter folder per checkpoint (plus whatever the trainer saves)
-    state.json           small resume state (iteration, rng state, ...), replaced atomically
+    state.json           iteration, newest checkpoint (relative to the session), Lesson stage; replaced atomically
 
 There is no index file: `list_sessions` scans the root, so the list is never stale.
 

@@ -357,7 +357,7 @@ class Trainer:
 
         # Written into a temp folder and renamed: a kill mid-save never leaves a listed half checkpoint.
         path = self.session.write_checkpoint(self.iteration, save)
-        self.session.set_state({**self.session.state(), "iteration": self.iteration, "checkpoint": str(path)})
+        self.session.set_state({**self.session.state(), "iteration": self.iteration, "checkpoint": str(path.relative_to(self.session.dir))})
         return path
 
     @classmethod

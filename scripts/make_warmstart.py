@@ -76,7 +76,14 @@ from empo2_studio.policy import Turn, prompts  # noqa: E402
 from empo2_studio.types import RetrievedTip  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "scripts"))
-from note_wordings import negation_note, observation_answer, observation_note, reflection_answer, training_note  # noqa: E402
+from note_wordings import (  # noqa: E402
+    negation_note,
+    observation_answer,
+    observation_note,
+    reflection_answer,
+    training_note,
+    with_distractor,
+)
 
 DEFAULT_OUT = ROOT / "assets" / "warmstart" / EMBEDDED_MODEL
 
@@ -122,13 +129,14 @@ def failed_record(task: str, variation: int, rng: random.Random) -> str:
 
 
 def notes_for(task: str, variation: int, rng: random.Random, recipe: str = "shipped", template: float = 0.25,
-              plan: float = 0.55, observed: float = 0.0) -> list[str]:  # fmt: skip
+              plan: float = 0.55, observed: float = 0.0, distract: float = 0.0) -> list[str]:  # fmt: skip
     """One informative note, sometimes with an uninformative one beside it.
 
     `shipped` (the adapter in assets/): the teacher's template (`TrapEnv.curated_tip`) or a record line,
     half and half. `wordings`: the template (share `template`), a record line (10 %), a note in the note
     writer's form (share `observed`, `note_wordings.observation_note`) or, the rest, a note in a random
-    wording (`note_wordings.training_note`)."""
+    wording (`note_wordings.training_note`). A share `distract` of the informative notes carry a true
+    sentence about another object and its room (`note_wordings.with_distractor`)."""
     env = TrapEnv()
     if recipe == "shipped":
         good = env.curated_tip(task, variation) if rng.random() < 0.5 else env.gold_record(task, variation)
@@ -144,6 +152,8 @@ def notes_for(task: str, variation: int, rng: random.Random, recipe: str = "ship
         else:
             good = training_note(env.layout(task, variation), rng, plan)
         two, fallback = 0.15, 0.25
+    if distract > 0 and rng.random() < distract:  # draws only when on: the default data stream stays
+        good = with_distractor(good, env.layout(task, variation), rng)
     extra = rng.random()
     if extra < two:
         return [good, failed_record(task, variation, rng)]
@@ -173,7 +183,7 @@ def anchor_conversation(task: str, variation: int, rng: random.Random, step_limi
 
 def conversation(task: str, variation: int, rng: random.Random, step_limit: int = 8, recipe: str = "shipped", template: float = 0.25,
                  plan: float = 0.55, focus_first: bool = False, observed: float = 0.0, negation: bool = False,
-                 ) -> tuple[list[Turn], list[int]]:  # fmt: skip
+                 distract: float = 0.0) -> tuple[list[Turn], list[int]]:  # fmt: skip
     """A note-following episode as policy turns, and the indices of the turns to learn from
     (`focus_first`: see `next_action`). With `negation` the only note rules rooms out
     (`note_wordings.negation_note`) and the episode's first move, not learned, enters one of them: the
@@ -182,7 +192,7 @@ def conversation(task: str, variation: int, rng: random.Random, step_limit: int 
 
     env = TrapEnv(step_limit=step_limit)
     obs = env.reset(task, variation)
-    notes = notes_for(task, variation, rng, recipe, template, plan, observed)
+    notes = notes_for(task, variation, rng, recipe, template, plan, observed, distract)
     rng.shuffle(notes)
     tips = [RetrievedTip(f"n{i}", n, 100.0, 1.0) for i, n in enumerate(notes)]
     detours = rng.choice((0, 0, 1, 2))
@@ -489,6 +499,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--observed", type=float, default=0.0,
                     help="wordings recipe: share of notes in the note writer's form, a sentence per room searched "
                          "(note_wordings.observation_note)")
+    ap.add_argument("--distract", type=float, default=0.0,
+                    help="share of the informative notes given a true sentence about another object and its room, "
+                         "before or after the note (note_wordings.with_distractor)")
     ap.add_argument("--anchor-weight", type=float, default=1.0, help="weight of the note-free KL anchor")
     ap.add_argument("--init", type=Path, default=None,
                     help="start from this adapter directory (same --last-layers) instead of an untrained LoRA: "
@@ -523,6 +536,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--return-trips adds train layouts; with --splits train they are already in")
     if not 0 <= args.negation <= 1:
         ap.error(f"--negation must be a share in [0, 1], got {args.negation}")
+    if not 0 <= args.distract <= 1:
+        ap.error(f"--distract must be a share in [0, 1], got {args.distract}")
     if not 0 <= args.plan_share <= 1:
         ap.error(f"--plan-share must be a share in [0, 1], got {args.plan_share}")
     if args.focus_weight <= 0:
@@ -577,7 +592,8 @@ def main(argv: list[str] | None = None) -> int:
     for epoch in range(args.epochs):
         follow = not args.reflect_only
         data = [conversation(t, v, rng, recipe=args.recipe, template=args.template, plan=args.plan_share,
-                             focus_first=focus_first(t), observed=args.observed, negation=negation())
+                             focus_first=focus_first(t), observed=args.observed, negation=negation(),
+                             distract=args.distract)
                 for t, v in layouts + returns for _ in range(per_layout(t))] if follow else []  # fmt: skip
         rng.shuffle(data)
         anchors = [anchor_conversation(t, v, rng) for t, v in layouts for _ in range(args.per_layout)] if follow else []
@@ -648,6 +664,8 @@ def main(argv: list[str] | None = None) -> int:
            "(--return-trips)" if returns else "")
         + (", the moves from the can's pick-up to the first focus weighted like the focus (--return-weight)"
            if args.return_weight and not args.reflect_only else "")
+        + (f", {args.distract:g} of the informative notes with a true sentence about another object beside them "
+           "(--distract)" if args.distract and not args.reflect_only else "")
         + (f", {args.negation:g} of the note-following conversations with a note that only rules rooms out, "
            "entering one of them first (--negation)" if args.negation and not args.reflect_only else "")
         + ("" if args.reflect_only else " and note-free random walks (KL to the base model)")
@@ -655,7 +673,7 @@ def main(argv: list[str] | None = None) -> int:
         "envs": ["trap"], "recipe": args.recipe, "splits": args.splits, "template_share": args.template, "reflect": args.reflect,
         "reflect_only": args.reflect_only, "pass_by": args.pass_by, "answer_form": args.answer_form,
         "room_questions": args.room_questions, "verdict_weight": args.verdict_weight, "context": args.context,
-        "last_layers": args.last_layers, "anchor_weight": args.anchor_weight, "focus_weight": args.focus_weight, "plan_share": args.plan_share, "can_weight": args.can_weight, "plant_per_layout": args.plant_per_layout, "focus_first": args.focus_first, "observed": args.observed, "return_trips": [v for _, v in returns], "return_weight": args.return_weight, "negation": args.negation, "init": str(args.init) if args.init else None, "epochs": args.epochs, "per_layout": args.per_layout, "batch": args.batch, "lr": args.lr, "seed": args.seed,
+        "last_layers": args.last_layers, "anchor_weight": args.anchor_weight, "focus_weight": args.focus_weight, "plan_share": args.plan_share, "can_weight": args.can_weight, "plant_per_layout": args.plant_per_layout, "focus_first": args.focus_first, "observed": args.observed, "return_trips": [v for _, v in returns], "return_weight": args.return_weight, "negation": args.negation, "distract": args.distract, "init": str(args.init) if args.init else None, "epochs": args.epochs, "per_layout": args.per_layout, "batch": args.batch, "lr": args.lr, "seed": args.seed,
         "seconds": round(time.time() - t0, 1), "history": history,
     }  # fmt: skip
     (args.out / "warmstart.json").write_text(json.dumps(meta, indent=1))

@@ -333,3 +333,43 @@ def negation_note(layout: Layout, rng: random.Random) -> tuple[str, list[str]]:
     if layout.task == "trap-water-plant" and layout.objects[CAN] != START_ROOM and rng.random() < 0.5:
         notes.append(rng.choice(CAN_FACT).format(can_room=layout.objects[CAN]))
     return " ".join(notes), ruled
+
+
+# ---- distractors: a true sentence about something else in the house -------------------------------
+
+DISTRACTOR = (
+    "There is a {thing} in the {room} too.",
+    "I walked past the {thing} in the {room}.",
+    "The {room} also has a {thing}.",
+    "A {thing} stands in the {room}.",
+    "The {thing} in the {room} looks old.",
+    "I noticed a {thing} in the {room}.",
+    "The {room}: a {thing}, nothing more.",
+    "Someone left a {thing} in the {room}.",
+)
+
+
+def distractor(layout: Layout, rng: random.Random) -> str:
+    """A true sentence naming another object of the layout and its room: a piece of furniture or a
+    look-alike, never the target or the watering can ("I walked past the yellow flower in the bedroom.").
+
+    Why: a held-out note that opens with a sentence about the bedroom sent the water-plant actor into the
+    bedroom to focus on the bed (docs/notebook/2026-12-05-distractors.md); `FILLER` names a room in 4 of
+    its 10 sentences and never a look-alike, so the model had not learned that a room named beside an
+    object other than the target is not where to go.
+
+    >>> from empo2_studio.envs.trap import TrapEnv
+    >>> lay = TrapEnv().layout("trap-water-plant", 24)
+    >>> s = distractor(lay, random.Random(0))
+    >>> lay.target not in s and CAN not in s
+    True
+    """
+    things = sorted(o for o in layout.objects if o not in (layout.target, CAN) and layout.target not in o)
+    thing = rng.choice(things)
+    return rng.choice(DISTRACTOR).format(thing=thing, room=layout.objects[thing])
+
+
+def with_distractor(note: str, layout: Layout, rng: random.Random) -> str:
+    """`note` with a `distractor` sentence before it or after it, half and half."""
+    extra = distractor(layout, rng)
+    return f"{extra} {note}" if rng.random() < 0.5 else f"{note} {extra}"

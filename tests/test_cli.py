@@ -325,6 +325,8 @@ def test_train_ctrl_c_resume_eval_distill_subprocess(tmp_path, capsys, monkeypat
                              env=env, timeout=300)  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr
     assert s.state()["iteration"] == done + 1 and s.latest_checkpoint()[0] == done + 1
+    # the checkpoint is named inside the session folder, so a moved or copied session still tells the truth
+    assert s.state()["checkpoint"] == f"adapters/iter_{done + 1:06d}" == s.latest_checkpoint()[1].relative_to(s.dir).as_posix()
 
     # eval and distill in-process (a subprocess mostly pays for importing torch again).
     monkeypatch.setenv("EMPO2_SESSIONS_DIR", str(root))

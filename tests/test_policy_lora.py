@@ -122,6 +122,15 @@ def test_unknown_model_offline_and_missing_package(monkeypatch):
         model_files.embedded_gguf_path()
 
 
+def test_a_folder_that_is_no_model_is_named(tmp_path):
+    # a folder without config.json (here: empty, as `--policy.model assets` would be) is refused by name
+    # before transformers reads it; a folder with one is taken as the model and its tokenizer
+    with pytest.raises(FileNotFoundError, match=f"model directory '{tmp_path}' holds no config.json"):
+        model_files.resolve_model(str(tmp_path))
+    (tmp_path / "config.json").write_text("{}")
+    assert model_files.resolve_model(str(tmp_path)) == (tmp_path, tmp_path)
+
+
 def test_bad_requests_are_refused(tiny_policy):
     with pytest.raises(ValueError, match="empty batch"):
         tiny_policy.sample([], temperature=1.0)

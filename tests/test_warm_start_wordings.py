@@ -494,3 +494,29 @@ def test_the_mixed_probe_places_the_writers_found_sentence_among_the_rooms_ruled
                      "the can, then found": f"{can} {found}"}
     assert all(bench.can_case("trap-water-plant", v) == "elsewhere" for v in bench.CAN_ELSEWHERE)
     assert "mixed" in bench.PARTS
+
+
+def test_distractors_state_a_true_room_for_another_object_and_share_no_sentence_with_the_heldout_set(bench, wordings_mod, capsys):
+    env = TrapEnv()
+    heldout = heldout_sentences(bench, env)
+    rng = random.Random(0)
+    said: set[str] = set()
+    for task in SEARCH:
+        for v in env.variations(task, "test"):
+            lay = env.layout(task, v)
+            for _ in range(30):
+                s = wordings_mod.distractor(lay, rng)
+                said.add(s.lower())
+                thing = next(o for o in sorted(lay.objects, key=len, reverse=True) if o in s)
+                assert thing not in (lay.target, CAN) and lay.target not in thing
+                assert f"the {lay.objects[thing]}" in s.lower()  # the room it names is where that object stands
+    assert len(said) > 100 and not said & heldout, sorted(said & heldout)[:5]
+    # trap-water-plant 37, by hand: the purple flower in the bedroom, the can in the workshop; the note
+    # keeps its text whole, with the distractor before or after it
+    lay, note = env.layout("trap-water-plant", 37), "The purple flower is in the bedroom."
+    both = {wordings_mod.with_distractor(note, lay, random.Random(i)).index(note) == 0 for i in range(20)}
+    assert both == {True, False}
+    mw = _load(ROOT / "scripts" / "make_warmstart.py", "make_warmstart_under_test")
+    with pytest.raises(SystemExit):
+        mw.main(["--distract", "1.5", "--out", "/nonexistent"])
+    assert "--distract must be a share in [0, 1], got 1.5" in capsys.readouterr().err

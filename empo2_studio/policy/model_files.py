@@ -115,10 +115,20 @@ def embedded_model_dir() -> Path:
 
 
 def resolve_model(name: str) -> tuple[Path | str, Path | str]:
-    """(model location, tokenizer location) for the embedded name, a local directory or an HF id."""
+    """(model location, tokenizer location) for the embedded name, a local directory or an HF id.
+
+    Raises FileNotFoundError for a path that does not exist, a directory without a model's config.json,
+    or an id not in the offline Hugging Face cache."""
     if name == EMBEDDED_MODEL:
         return embedded_model_dir(), embedded_tokenizer_dir()
     if Path(name).is_dir():
+        if not (Path(name) / "config.json").is_file():
+            # Without this check transformers fails later, on the tokenizer, with advice about sentencepiece.
+            raise FileNotFoundError(
+                f"model directory {name!r} holds no config.json: give a Hugging Face model folder (config.json, "
+                f"weights and tokenizer files, as `hf download ID --local-dir DIR` writes), an offline-cached "
+                f"model id, or {EMBEDDED_MODEL!r}"
+            )
         return Path(name), Path(name)
     if Path(name).exists() or name.startswith((".", "/", "~")):
         raise FileNotFoundError(f"model directory {name!r} does not exist")

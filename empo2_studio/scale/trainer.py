@@ -227,7 +227,7 @@ class DistributedTrainer(Trainer):
                 torch.save(state, tmp / STATE_FILE)
 
             path = self.session.write_checkpoint(self.iteration, save)
-            self.session.set_state({**self.session.state(), "iteration": self.iteration, "checkpoint": str(path)})
+            self.session.set_state({**self.session.state(), "iteration": self.iteration, "checkpoint": str(path.relative_to(self.session.dir))})
         self.ctx.barrier()
         return path
 
