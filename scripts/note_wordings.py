@@ -353,10 +353,10 @@ def distractor(layout: Layout, rng: random.Random) -> str:
     """A true sentence naming another object of the layout and its room: a piece of furniture or a
     look-alike, never the target or the watering can ("I walked past the yellow flower in the bedroom.").
 
-    Why: a held-out note that opens with a sentence about the bedroom sent the water-plant actor into the
-    bedroom to focus on the bed (docs/notebook/2026-12-05-distractors.md); `FILLER` names a room in 4 of
-    its 10 sentences and never a look-alike, so the model had not learned that a room named beside an
-    object other than the target is not where to go.
+    Why it was tried (`make_warmstart.py --distract`, off by default): a held-out note that opens with a
+    sentence about the bedroom sent the water-plant actor into the bedroom to focus on the bed, and
+    `FILLER` names a room in 6 of its 10 sentences but never a look-alike. It did not fix that and cost
+    adaptation (docs/notebook/2026-12-05-distractors.md).
 
     >>> from empo2_studio.envs.trap import TrapEnv
     >>> lay = TrapEnv().layout("trap-water-plant", 24)
