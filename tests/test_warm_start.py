@@ -16,7 +16,7 @@ from empo2_studio.policy.loading import (
 )
 
 
-def test_auto_is_the_walk_back_adapter_for_the_embedded_model_only():
+def test_auto_is_the_route_adapter_for_the_embedded_model_only():
     shipped = WARM_START_DIR / DEFAULT_WARM_START
     assert DEFAULT_WARM_START == f"{EMBEDDED_MODEL}-route"
     assert warm_start_dir(PolicyConfig()) == shipped
