@@ -164,6 +164,26 @@ def notes_for(task: str, variation: int, rng: random.Random, recipe: str = "ship
     return [good]
 
 
+def anchor_slices(n_anchors: int, steps: int, batch: int, *, spread: bool) -> list[range]:
+    """Which anchor walks (indices into the epoch's shuffled list) each of `steps` batches scores for the KL.
+
+    Default: batch i takes walks batch·i … batch·i + batch − 1, so with more batches than walks / batch the
+    later batches get none (ws33's build: the last 7 of 43 batches; with --plant-per-layout 8, 26 of 62).
+    `spread`: every walk once, in contiguous runs of ⌊n / steps⌋ or ⌈n / steps⌉ walks, so no batch trains
+    without an anchor while n ≥ steps.
+
+    >>> [list(r) for r in anchor_slices(5, 3, 2, spread=False)]
+    [[0, 1], [2, 3], [4]]
+    >>> [list(r) for r in anchor_slices(4, 6, 2, spread=False)]
+    [[0, 1], [2, 3], [], [], [], []]
+    >>> [list(r) for r in anchor_slices(7, 3, 4, spread=True)]
+    [[0, 1], [2, 3], [4, 5, 6]]
+    """
+    if spread:
+        return [range(i * n_anchors // steps, (i + 1) * n_anchors // steps) for i in range(steps)]
+    return [range(min(i * batch, n_anchors), min((i + 1) * batch, n_anchors)) for i in range(steps)]
+
+
 def anchor_conversation(task: str, variation: int, rng: random.Random, step_limit: int = 8) -> list[tuple[str, str, tuple[str, ...]]]:
     """A note-free random walk on a layout, as (user text, action, valid actions) turns: doors are
     preferred (60 %) so the walk reaches other rooms before a focus ends it."""
@@ -504,6 +524,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="share of the informative notes given a true sentence about another object and its room, "
                          "before or after the note (note_wordings.with_distractor)")
     ap.add_argument("--anchor-weight", type=float, default=1.0, help="weight of the note-free KL anchor")
+    ap.add_argument("--anchor-spread", action="store_true",
+                    help="spread the note-free anchor walks over every batch of the epoch (anchor_slices); without "
+                         "it batch i takes walks 4i..4i+3 and the batches after the last walk train with no anchor")
     ap.add_argument("--init", type=Path, default=None,
                     help="start from this adapter directory (same --last-layers) instead of an untrained LoRA: "
                          "fine-tune a built warm start on a changed data stream")
@@ -606,6 +629,7 @@ def main(argv: list[str] | None = None) -> int:
         per_batch = -(-len(reflect_convs) // max(1, steps))  # the reflection answers, spread over the steps
         with torch.no_grad(), policy.no_adapter():  # the base model's note-free distributions, fixed
             base = [policy.allowed_logprobs(c) for c in anchor_convs]
+        anchor_at = anchor_slices(len(anchor_convs), steps, args.batch, spread=args.anchor_spread)
         for step in range(steps):
             b = step * args.batch
             batch = data[b : b + args.batch]
@@ -619,7 +643,7 @@ def main(argv: list[str] | None = None) -> int:
                 nll = weighted_nll(picked, focus, args.focus_weight)
                 acc = float(torch.stack([p.sum() for p in picked]).exp().mean())
                 kls = []
-                for c in range(b, min(b + args.batch, len(anchor_convs))):
+                for c in anchor_at[step]:
                     for ref, cur in zip(base[c], policy.allowed_logprobs(anchor_convs[c]), strict=True):
                         kls.append((ref.exp() * (ref - cur)).sum())
                 kl = torch.stack(kls).mean() if kls else kl
@@ -674,7 +698,7 @@ def main(argv: list[str] | None = None) -> int:
         "envs": ["trap"], "recipe": args.recipe, "splits": args.splits, "template_share": args.template, "reflect": args.reflect,
         "reflect_only": args.reflect_only, "pass_by": args.pass_by, "answer_form": args.answer_form,
         "room_questions": args.room_questions, "verdict_weight": args.verdict_weight, "context": args.context,
-        "last_layers": args.last_layers, "anchor_weight": args.anchor_weight, "focus_weight": args.focus_weight, "plan_share": args.plan_share, "can_weight": args.can_weight, "plant_per_layout": args.plant_per_layout, "focus_first": args.focus_first, "observed": args.observed, "return_trips": [v for _, v in returns], "return_weight": args.return_weight, "negation": args.negation, "distract": args.distract, "init": str(args.init) if args.init else None, "epochs": args.epochs, "per_layout": args.per_layout, "batch": args.batch, "lr": args.lr, "seed": args.seed,
+        "last_layers": args.last_layers, "anchor_weight": args.anchor_weight, "anchor_spread": args.anchor_spread, "focus_weight": args.focus_weight, "plan_share": args.plan_share, "can_weight": args.can_weight, "plant_per_layout": args.plant_per_layout, "focus_first": args.focus_first, "observed": args.observed, "return_trips": [v for _, v in returns], "return_weight": args.return_weight, "negation": args.negation, "distract": args.distract, "init": str(args.init) if args.init else None, "epochs": args.epochs, "per_layout": args.per_layout, "batch": args.batch, "lr": args.lr, "seed": args.seed,
         "seconds": round(time.time() - t0, 1), "history": history,
     }  # fmt: skip
     (args.out / "warmstart.json").write_text(json.dumps(meta, indent=1))

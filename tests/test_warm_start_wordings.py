@@ -415,6 +415,19 @@ def test_return_trips_are_train_layouts_whose_can_sits_in_a_third_room_never_the
     assert "--return-trips adds train layouts" in capsys.readouterr().err
 
 
+def test_anchor_walks_cover_every_batch_only_when_spread():
+    mw = _load(ROOT / "scripts" / "make_warmstart.py", "make_warmstart_under_test")
+    # The shipped route adapter's build by hand: 36 dev layouts × 4 walks = 144 anchors; 43 batches of 4.
+    plain = mw.anchor_slices(144, 43, 4, spread=False)
+    assert [len(r) for r in plain[:36]] == [4] * 36 and [len(r) for r in plain[36:]] == [0] * 7
+    # --plant-per-layout 8: 62 batches; spread, each gets 2 or 3 walks (144 / 62 = 2.32).
+    spread = mw.anchor_slices(144, 62, 4, spread=True)
+    assert {len(r) for r in spread} == {2, 3} and sum(len(r) == 3 for r in spread) == 144 - 2 * 62
+    assert [i for r in spread for i in r] == list(range(144))  # every walk exactly once, in order
+    assert [len(r) for r in mw.anchor_slices(144, 144, 4, spread=True)] == [1] * 144
+    assert [len(r) for r in mw.anchor_slices(10, 4, 4, spread=True)] == [2, 3, 2, 3]
+
+
 def test_the_walk_back_counts_as_a_key_step_only_between_the_pick_up_and_the_focus():
     mw = _load(ROOT / "scripts" / "make_warmstart.py", "make_warmstart_under_test")
     # Layout 31 by hand: a detour, the can in the greenhouse, the red flower in the kitchen.
