@@ -47,7 +47,7 @@ from empo2_studio.config import (  # noqa: E402
 from empo2_studio.memory import make_embedder  # noqa: E402
 from empo2_studio.policy import load_policy  # noqa: E402
 from empo2_studio.race import ARMS, race_verdict, reads_tips  # noqa: E402
-from empo2_studio.sessions import Session, default_sessions_root  # noqa: E402
+from empo2_studio.sessions import Session, default_sessions_root, fresh_dir  # noqa: E402
 from empo2_studio.trainer import Trainer  # noqa: E402
 
 
@@ -319,8 +319,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.merge:
         return merge(args.merge)
     torch.set_num_threads(max(1, min(args.threads, os.cpu_count() or 1)))
-    root = (args.root or default_sessions_root()) / time.strftime("bench_learning-%Y%m%d-%H%M%S")
-    root.mkdir(parents=True, exist_ok=True)
+    _, root = fresh_dir(args.root or default_sessions_root(), time.strftime("bench_learning-%Y%m%d-%H%M%S"))
     embedder = make_embedder("minilm")
     t0 = time.perf_counter()
     policy = load_policy(policy_config(args))  # the embedded model with its warm start; loaded once

@@ -55,7 +55,7 @@ from empo2_studio.memory import TipStore, make_embedder  # noqa: E402
 from empo2_studio.policy import Turn, load_policy, prompts  # noqa: E402
 from empo2_studio.policy.note_writer import load_note_writer  # noqa: E402
 from empo2_studio.rollout import play_group, seed_policy  # noqa: E402
-from empo2_studio.sessions import Session, default_sessions_root  # noqa: E402
+from empo2_studio.sessions import Session, default_sessions_root, fresh_dir  # noqa: E402
 from empo2_studio.trainer import Trainer  # noqa: E402
 from empo2_studio.types import RetrievedTip  # noqa: E402
 
@@ -384,8 +384,7 @@ def main(argv: list[str] | None = None) -> int:
         except IndexError as e:
             ap.error(str(e))
     torch.set_num_threads(min(args.threads, os.cpu_count() or 1))
-    root = (args.root or default_sessions_root()) / time.strftime("bench_lesson-%Y%m%d-%H%M%S")
-    root.mkdir(parents=True, exist_ok=True)
+    _, root = fresh_dir(args.root or default_sessions_root(), time.strftime("bench_lesson-%Y%m%d-%H%M%S"))
     embedder = make_embedder("minilm")
     t0 = time.perf_counter()
     policy = load_policy(dataclasses.replace(RunConfig().policy, warm_start=args.warm_start))

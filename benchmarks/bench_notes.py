@@ -74,7 +74,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import itertools
 import json
 import os
 import statistics
@@ -103,7 +102,7 @@ from empo2_studio.policy import Turn, load_policy, prompts  # noqa: E402
 from empo2_studio.policy.note_writer import load_note_writer  # noqa: E402
 from empo2_studio.rollout import conversation, play_group, seed_policy  # noqa: E402
 from empo2_studio.rollout.conversation import transcript  # noqa: E402
-from empo2_studio.sessions import default_sessions_root  # noqa: E402
+from empo2_studio.sessions import default_sessions_root, fresh_dir  # noqa: E402
 from empo2_studio.types import RetrievedTip  # noqa: E402
 
 HELDOUT = Path(__file__).resolve().parent / "data" / "heldout_notes.json"
@@ -774,21 +773,6 @@ PARTS = {"probs": part_probs, "play": part_play, "bad": part_bad, "order": part_
          "mixed": part_mixed}
 
 
-def new_run_dir(parent: Path) -> Path:
-    """A new folder `bench_notes-<time>` under `parent`; a run started in the same second as another
-    gets `-1`, `-2`, … (mkdir without exist_ok, so two processes never share one)."""
-    stamp = time.strftime("bench_notes-%Y%m%d-%H%M%S")
-    parent.mkdir(parents=True, exist_ok=True)
-    for i in itertools.count():
-        root = parent / (stamp if i == 0 else f"{stamp}-{i}")
-        try:
-            root.mkdir()
-            return root
-        except FileExistsError:
-            continue
-    raise AssertionError("unreachable")
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--parts", nargs="+", default=["probs", "play"], choices=list(PARTS))
@@ -821,7 +805,7 @@ def main(argv: list[str] | None = None) -> int:
                  "build one with scripts/make_warmstart.py --reflect-only --out DIR")  # fmt: skip
     torch.set_num_threads(max(1, min(args.threads, os.cpu_count() or 1)))
     wordings = load_wordings(args.wordings)
-    root = new_run_dir(args.root or default_sessions_root())
+    _, root = fresh_dir(args.root or default_sessions_root(), time.strftime("bench_notes-%Y%m%d-%H%M%S"))
     policy_cfg = dataclasses.replace(RunConfig().policy, warm_start=args.warm_start, decoding=args.decoding)
     policy = load_policy(policy_cfg)
     context = "auto" if args.writer_context == "auto" else "episode"  # only "auto" needs the writer's own

@@ -139,7 +139,7 @@ class Session:
                     f"session {run_id!r} already exists in {root}; resume it or choose another run id"
                 ) from None
         else:
-            run_id, directory = _fresh_dir(root, make_run_id(cfg))
+            run_id, directory = fresh_dir(root, make_run_id(cfg))
         cfg = replace(absolute_paths(cfg), run_id=run_id)
         atomic_write(directory / CONFIG, cfg.to_json())
         (directory / ADAPTERS).mkdir()
@@ -325,7 +325,11 @@ def _rmtree(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def _fresh_dir(root: Path, base: str) -> tuple[str, Path]:
+def fresh_dir(root: Path, base: str) -> tuple[str, Path]:
+    """Create and return a new folder `root/base`, or `base-2`, `base-3`, … when taken (mkdir without
+    exist_ok, so two processes started in the same second never share one). `root` is created if missing.
+    Raises FileExistsError after 1000 taken names."""
+    root.mkdir(parents=True, exist_ok=True)
     for k in range(1000):
         run_id = base if k == 0 else f"{base}-{k + 1}"
         try:

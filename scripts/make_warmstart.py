@@ -39,7 +39,8 @@ lets a share of its conversations focus on the flower first when a detour lands 
 `--return-weight` weights the walk back from the can like the focus (`key_turns`). `--negation` gives a
 share of the conversations a note that only rules rooms out, and starts them in one of those rooms
 (`note_wordings.negation_note`). `--distract` gives a share of the informative notes a true sentence about
-another object and its room (`note_wordings.with_distractor`; docs/notebook/2026-12-05-distractors.md). For note
+another object and its room (`note_wordings.with_distractor`; docs/notebook/2026-12-05-distractors.md).
+`--anchor-spread` spreads the note-free KL anchor's walks over every batch (`anchor_slices`). For note
 writers (`--reflect-only`): `--room-questions` answers a share of the episodes with yes/no questions about
 the rooms they stood in, `--verdict-weight` counts each room's verdict more, `--context transcript`
 shows the episode as one text block instead of the conversation (docs/notebook/2026-12-04-writer-signal.md),

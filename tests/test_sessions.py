@@ -15,6 +15,7 @@ from empo2_studio.sessions import (
     Session,
     SessionNotFoundError,
     default_sessions_root,
+    fresh_dir,
     list_sessions,
     make_run_id,
     validate_run_id,
@@ -229,3 +230,13 @@ def test_episodes_saved_before_the_new_fields_read_back_with_their_prompt_style(
     back = Episode.from_dict(old)
     assert (back.prompt_style, back.task_description, back.first_observation, back.record) == ("compact", "", "", "")
     assert Episode.from_dict({**old, "env": "scienceworld"}).prompt_style == "paper"
+
+
+def test_runs_started_in_the_same_second_get_their_own_folders(tmp_path):
+    # Two benchmark processes started in one second once wrote into one folder and the second crashed on
+    # its first session (bench_lesson, 2026-12-05): fresh_dir never hands out a name twice.
+    got = [fresh_dir(tmp_path / "runs", "bench_lesson-20261205-173725") for _ in range(3)]
+    names = ["bench_lesson-20261205-173725", "bench_lesson-20261205-173725-2", "bench_lesson-20261205-173725-3"]
+    assert [run_id for run_id, _ in got] == names
+    assert [d for _, d in got] == [tmp_path / "runs" / n for n in names]
+    assert sorted(d.name for d in (tmp_path / "runs").iterdir()) == names

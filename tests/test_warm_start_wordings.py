@@ -295,13 +295,6 @@ def test_the_lesson_bench_refuses_a_wording_number_before_anything_is_written(tm
     assert list(tmp_path.iterdir()) == []
 
 
-def test_notes_runs_started_in_the_same_second_get_their_own_folders(bench, tmp_path, monkeypatch):
-    monkeypatch.setattr(bench.time, "strftime", lambda fmt: "bench_notes-20261204-120000")  # one second
-    names = [bench.new_run_dir(tmp_path / "s").name for _ in range(3)]
-    assert names == ["bench_notes-20261204-120000", "bench_notes-20261204-120000-1", "bench_notes-20261204-120000-2"]
-    assert sorted(d.name for d in (tmp_path / "s").iterdir()) == names
-
-
 def test_focus_first_focuses_in_the_flowers_room_then_fetches_the_can_and_still_wins():
     mw = _load(ROOT / "scripts" / "make_warmstart.py", "make_warmstart_under_test")
     # Layout 31: the red flower in the kitchen, the can in the greenhouse; both side rooms open on the hallway.
