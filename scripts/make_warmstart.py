@@ -40,7 +40,8 @@ lets a share of its conversations focus on the flower first when a detour lands 
 share of the conversations a note that only rules rooms out, and starts them in one of those rooms
 (`note_wordings.negation_note`). `--distract` gives a share of the informative notes a true sentence about
 another object and its room (`note_wordings.with_distractor`; docs/notebook/2026-12-05-distractors.md).
-`--anchor-spread` spreads the note-free KL anchor's walks over every batch (`anchor_slices`). For note
+`--anchor-spread` spreads the note-free KL anchor's walks over every batch (`anchor_slices`), and
+`--anchor-ref init` holds them to the `--init` adapter's note-free choices instead of the base model's. For note
 writers (`--reflect-only`): `--room-questions` answers a share of the episodes with yes/no questions about
 the rooms they stood in, `--verdict-weight` counts each room's verdict more, `--context transcript`
 shows the episode as one text block instead of the conversation (docs/notebook/2026-12-04-writer-signal.md),
@@ -60,6 +61,7 @@ The output is a PEFT adapter directory plus `warmstart.json` (what it was traine
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import random
 import sys
@@ -525,6 +527,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="share of the informative notes given a true sentence about another object and its room, "
                          "before or after the note (note_wordings.with_distractor)")
     ap.add_argument("--anchor-weight", type=float, default=1.0, help="weight of the note-free KL anchor")
+    ap.add_argument("--anchor-ref", choices=("base", "init"), default="base",
+                    help="the note-free distributions the KL anchor holds the walks to: the base model's (no adapter), "
+                         "or those of the --init adapter as loaded, so a fine-tune keeps the walk of the adapter it starts from")
     ap.add_argument("--anchor-spread", action="store_true",
                     help="spread the note-free anchor walks over every batch of the epoch (anchor_slices); without "
                          "it batch i takes walks 4i..4i+3 and the batches after the last walk train with no anchor")
@@ -563,6 +568,9 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--negation must be a share in [0, 1], got {args.negation}")
     if not 0 <= args.distract <= 1:
         ap.error(f"--distract must be a share in [0, 1], got {args.distract}")
+    if args.anchor_ref == "init" and (args.init is None or args.epochs != 1):
+        # the reference is read off the adapter before the first step: a later epoch would read a trained one
+        ap.error(f"--anchor-ref init needs --init and --epochs 1, got --init {args.init} --epochs {args.epochs}")
     if not 0 <= args.plan_share <= 1:
         ap.error(f"--plan-share must be a share in [0, 1], got {args.plan_share}")
     if args.focus_weight <= 0:
@@ -628,8 +636,8 @@ def main(argv: list[str] | None = None) -> int:
         reflect_convs = [reflection_item(fmt, t, v, rng, args) for t, v in rng.sample(layouts * args.per_layout, n_notes)]
         steps = -(-(len(data) if follow else n_notes) // args.batch)
         per_batch = -(-len(reflect_convs) // max(1, steps))  # the reflection answers, spread over the steps
-        with torch.no_grad(), policy.no_adapter():  # the base model's note-free distributions, fixed
-            base = [policy.allowed_logprobs(c) for c in anchor_convs]
+        with torch.no_grad(), (policy.no_adapter() if args.anchor_ref == "base" else contextlib.nullcontext()):
+            base = [policy.allowed_logprobs(c) for c in anchor_convs]  # the reference's note-free distributions
         anchor_at = anchor_slices(len(anchor_convs), steps, args.batch, spread=args.anchor_spread)
         for step in range(steps):
             b = step * args.batch
@@ -699,7 +707,7 @@ def main(argv: list[str] | None = None) -> int:
         "envs": ["trap"], "recipe": args.recipe, "splits": args.splits, "template_share": args.template, "reflect": args.reflect,
         "reflect_only": args.reflect_only, "pass_by": args.pass_by, "answer_form": args.answer_form,
         "room_questions": args.room_questions, "verdict_weight": args.verdict_weight, "context": args.context,
-        "last_layers": args.last_layers, "anchor_weight": args.anchor_weight, "anchor_spread": args.anchor_spread, "focus_weight": args.focus_weight, "plan_share": args.plan_share, "can_weight": args.can_weight, "plant_per_layout": args.plant_per_layout, "focus_first": args.focus_first, "observed": args.observed, "return_trips": [v for _, v in returns], "return_weight": args.return_weight, "negation": args.negation, "distract": args.distract, "init": str(args.init) if args.init else None, "epochs": args.epochs, "per_layout": args.per_layout, "batch": args.batch, "lr": args.lr, "seed": args.seed,
+        "last_layers": args.last_layers, "anchor_weight": args.anchor_weight, "anchor_spread": args.anchor_spread, "anchor_ref": args.anchor_ref, "focus_weight": args.focus_weight, "plan_share": args.plan_share, "can_weight": args.can_weight, "plant_per_layout": args.plant_per_layout, "focus_first": args.focus_first, "observed": args.observed, "return_trips": [v for _, v in returns], "return_weight": args.return_weight, "negation": args.negation, "distract": args.distract, "init": str(args.init) if args.init else None, "epochs": args.epochs, "per_layout": args.per_layout, "batch": args.batch, "lr": args.lr, "seed": args.seed,
         "seconds": round(time.time() - t0, 1), "history": history,
     }  # fmt: skip
     (args.out / "warmstart.json").write_text(json.dumps(meta, indent=1))

@@ -421,6 +421,15 @@ def test_anchor_walks_cover_every_batch_only_when_spread():
     assert [len(r) for r in mw.anchor_slices(10, 4, 4, spread=True)] == [2, 3, 2, 3]
 
 
+@pytest.mark.parametrize("argv", [["--anchor-ref", "init"], ["--anchor-ref", "init", "--init", "x", "--epochs", "2"]])
+def test_anchoring_to_the_init_adapter_needs_one_epoch_from_an_init(argv, capsys, tmp_path):
+    mw = _load(ROOT / "scripts" / "make_warmstart.py", "make_warmstart_under_test")
+    with pytest.raises(SystemExit):
+        mw.main([*argv, "--out", str(tmp_path / "out")])
+    assert "--anchor-ref init needs --init and --epochs 1" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()  # refused before a model loads or a folder is written
+
+
 def test_the_walk_back_counts_as_a_key_step_only_between_the_pick_up_and_the_focus():
     mw = _load(ROOT / "scripts" / "make_warmstart.py", "make_warmstart_under_test")
     # Layout 31 by hand: a detour, the can in the greenhouse, the red flower in the kitchen.
