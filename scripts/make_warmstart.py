@@ -25,7 +25,8 @@ What it learns, on the constrained-decoding distribution over the step's valid a
    prompt (`memory.reflection.TIP_INSTRUCTION`) answered with a true note about what the episode's turns
    showed (`note_wordings.reflection_answer`), learned as free text, as `write_tips` decodes it;
 3. on the same layouts *without* notes, nothing new: a KL(base ‖ adapted) term over the allowed tokens
-   at every action position of random note-free walks keeps the note-free policy at the base model's.
+   at every action position of random note-free walks keeps the note-free policy at the base model's
+   (or, with `--anchor-ref init`, at the `--init` adapter's).
    Without it the note-free reflex became one fixed door ("go to bedroom", 0.98, on every layout), so
    naive episodes won wherever the target was behind it and the trap stopped trapping.
 
@@ -532,7 +533,7 @@ def main(argv: list[str] | None = None) -> int:
                          "or those of the --init adapter as loaded, so a fine-tune keeps the walk of the adapter it starts from")
     ap.add_argument("--anchor-spread", action="store_true",
                     help="spread the note-free anchor walks over every batch of the epoch (anchor_slices); without "
-                         "it batch i takes walks 4i..4i+3 and the batches after the last walk train with no anchor")
+                         "it batch i takes the i-th --batch walks and the batches after the last walk train with no anchor")
     ap.add_argument("--init", type=Path, default=None,
                     help="start from this adapter directory (same --last-layers) instead of an untrained LoRA: "
                          "fine-tune a built warm start on a changed data stream")
@@ -637,7 +638,7 @@ def main(argv: list[str] | None = None) -> int:
         steps = -(-(len(data) if follow else n_notes) // args.batch)
         per_batch = -(-len(reflect_convs) // max(1, steps))  # the reflection answers, spread over the steps
         with torch.no_grad(), (policy.no_adapter() if args.anchor_ref == "base" else contextlib.nullcontext()):
-            base = [policy.allowed_logprobs(c) for c in anchor_convs]  # the reference's note-free distributions
+            reference = [policy.allowed_logprobs(c) for c in anchor_convs]  # --anchor-ref's note-free distributions
         anchor_at = anchor_slices(len(anchor_convs), steps, args.batch, spread=args.anchor_spread)
         for step in range(steps):
             b = step * args.batch
@@ -653,7 +654,7 @@ def main(argv: list[str] | None = None) -> int:
                 acc = float(torch.stack([p.sum() for p in picked]).exp().mean())
                 kls = []
                 for c in anchor_at[step]:
-                    for ref, cur in zip(base[c], policy.allowed_logprobs(anchor_convs[c]), strict=True):
+                    for ref, cur in zip(reference[c], policy.allowed_logprobs(anchor_convs[c]), strict=True):
                         kls.append((ref.exp() * (ref - cur)).sum())
                 kl = torch.stack(kls).mean() if kls else kl
             loss = nll + args.anchor_weight * kl
@@ -702,7 +703,9 @@ def main(argv: list[str] | None = None) -> int:
            "(--distract)" if args.distract and not args.reflect_only else "")
         + (f", {args.negation:g} of the note-following conversations with a note that only rules rooms out, "
            "entering one of them first (--negation)" if args.negation and not args.reflect_only else "")
-        + ("" if args.reflect_only else " and note-free random walks (KL to the base model)")
+        + ("" if args.reflect_only else " and note-free random walks (KL to "
+           + ("the --init adapter as loaded" if args.anchor_ref == "init" else "the base model")
+           + (", in every batch" if args.anchor_spread else "") + ")")
         + (f"; fine-tuned from {args.init} (--init)" if args.init else ""),
         "envs": ["trap"], "recipe": args.recipe, "splits": args.splits, "template_share": args.template, "reflect": args.reflect,
         "reflect_only": args.reflect_only, "pass_by": args.pass_by, "answer_form": args.answer_form,
