@@ -379,7 +379,8 @@ class Trainer:
         # A policy built here loads the checkpoint as its adapter (each subclass builds its own, e.g. for vLLM).
         cfg = replace(session.config, policy=replace(session.config.policy, adapter=str(path)))
         trainer = cls(cfg if kw.get("policy") is None else session.config, session, **kw)
-        trainer.policy.load_adapter(str(path))
+        if kw.get("policy") is not None:  # a policy built from `cfg` holds the checkpoint already
+            trainer.policy.load_adapter(str(path))
         # map_location: a GPU-written state resumes anywhere; the optimizer moves it to its parameters
         state = torch.load(Path(path) / STATE_FILE, weights_only=False, map_location="cpu")
         trainer.iteration = int(state["iteration"])

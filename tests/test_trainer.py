@@ -353,10 +353,20 @@ def test_resume_loads_the_checkpoint_in_place_of_a_warm_start_folder_that_is_gon
 
     trainer = make_trainer(tmp_path, tiny_policy, policy={"warm_start": str(tmp_path / "gone")})
     trainer.train(1)
-    asked = []
-    monkeypatch.setattr(policy_pkg, "load_policy", lambda cfg: asked.append(cfg) or build_tiny_policy(seed=0))
+    asked, loads = [], []
+
+    def load_policy(cfg):  # as the real one: the policy starts from cfg.adapter
+        asked.append(cfg)
+        policy = build_tiny_policy(seed=0)
+        real_load = policy.load_adapter
+        policy.load_adapter = lambda path: loads.append(path) or real_load(path)
+        policy.load_adapter(cfg.adapter)
+        return policy
+
+    monkeypatch.setattr(policy_pkg, "load_policy", load_policy)
     resumed = Trainer.resume(Session.open(tmp_path / "sessions", "t"), embedder=make_embedder("hash"))
     (cfg,) = asked
+    assert loads == [cfg.adapter]  # the checkpoint is read once, not again after the policy is built
     assert cfg.adapter == str(trainer.session.adapter_dir(1)) and warm_start_dir(cfg) is None
     assert cfg.warm_start == str(tmp_path / "gone") and resumed.iteration == 1
     assert all(torch.equal(a, b) for a, b in zip(_params(tiny_policy), resumed.policy.trainable_parameters()))
