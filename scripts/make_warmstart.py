@@ -36,7 +36,8 @@ notes say what to do rather than state facts only; `--answer-form rooms` writes 
 room (`note_wordings.rooms_answer`); for trap-water-plant's two stages, `--plant-per-layout` gives its
 layouts more conversations, `--can-weight` weights the can's pick-up like the focus, and `--focus-first`
 lets a share of its conversations focus on the flower first when a detour lands in its room;
-`--return-trips` adds its train layouts whose can sits in a third room (`return_trip_layouts`) and
+`--return-trips` adds its train layouts whose can sits in a third room (`return_trip_layouts`),
+`--stay-trips` those whose can sits in the flower's room (`stay_layouts`; docs/notebook/2026-12-05-bars-run.md), and
 `--return-weight` weights the walk back from the can like the focus (`key_turns`). `--negation` gives a
 share of the conversations a note that only rules rooms out, and starts them in one of those rooms
 (`note_wordings.negation_note`). `--distract` gives a share of the informative notes a true sentence about
@@ -486,6 +487,15 @@ def return_trip_layouts(env: TrapEnv) -> list[int]:
     return out
 
 
+def stay_layouts(env: TrapEnv) -> list[int]:
+    """trap-water-plant train layouts whose watering can sits in the flower's own room: after the pick-up
+    the path focuses where it stands (4 gold steps). They balance `return_trip_layouts`, whose weighted
+    walk back taught the route adapter to leave for the hallway after any pick-up (P 0.85 on a test layout
+    with can and flower together, facts-only note). The first train layout is left out, as there."""
+    task = "trap-water-plant"
+    return [v for v in env.variations(task, "train")[1:] if env.layout(task, v).objects[CAN] == env.layout(task, v).target_room]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
@@ -515,6 +525,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--return-trips", action="store_true",
                     help="add trap-water-plant's train layouts whose can sits in a third room (return_trip_layouts), "
                          "so the walk back to the flower after the pick-up is learned on more than the 2 dev layouts")
+    ap.add_argument("--stay-trips", action="store_true",
+                    help="add trap-water-plant's train layouts whose can sits in the flower's room (stay_layouts), "
+                         "so a pick-up is not always followed by a walk back")
     ap.add_argument("--return-weight", action="store_true",
                     help="count the moves between the can's pick-up and the first focus as key steps, weighted "
                          "like the focus (--focus-weight; key_turns)")
@@ -563,8 +576,9 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--reflect must be ≥ 0 (reflection conversations per note-following one), got {args.reflect}")
     if not 0 <= args.observed <= 1 - args.template - 0.1:
         ap.error(f"--observed must be a share in [0, {1 - args.template - 0.1:.2f}] (1 - --template - 0.1 for record lines), got {args.observed}")
-    if args.return_trips and "train" in args.splits:
-        ap.error("--return-trips adds train layouts; with --splits train they are already in")
+    for flag, on in (("--return-trips", args.return_trips), ("--stay-trips", args.stay_trips)):
+        if on and "train" in args.splits:
+            ap.error(f"{flag} adds train layouts; with --splits train they are already in")
     if not 0 <= args.negation <= 1:
         ap.error(f"--negation must be a share in [0, 1], got {args.negation}")
     if not 0 <= args.distract <= 1:
@@ -608,6 +622,7 @@ def main(argv: list[str] | None = None) -> int:
     layouts = [(t, v) for t in TASKS if TASKS[t].family == "search" for split in args.splits for v in env.variations(t, split)]
 
     returns = [("trap-water-plant", v) for v in return_trip_layouts(env)] if args.return_trips else []
+    returns += [("trap-water-plant", v) for v in stay_layouts(env)] if args.stay_trips else []
 
     def per_layout(task: str) -> int:
         return args.plant_per_layout if task == "trap-water-plant" and args.plant_per_layout else args.per_layout
@@ -695,8 +710,10 @@ def main(argv: list[str] | None = None) -> int:
            "from scripts/note_wordings.py, plans shown whole or cut by remaining_plan)")
         + (f", the reflection prompt answered with a true note about the episode ({args.reflect:g} per "
            "note-following conversation)" if args.reflect and not args.reflect_only else "")
-        + (f", plus trap-water-plant train layouts {[v for _, v in returns]} for the walk back from the can's room "
-           "(--return-trips)" if returns else "")
+        + (f", plus trap-water-plant train layouts {return_trip_layouts(env)} for the walk back from the can's room "
+           "(--return-trips)" if args.return_trips else "")
+        + (f", plus trap-water-plant train layouts {stay_layouts(env)} whose can sits in the flower's room "
+           "(--stay-trips)" if args.stay_trips else "")
         + (", the moves from the can's pick-up to the first focus weighted like the focus (--return-weight)"
            if args.return_weight and not args.reflect_only else "")
         + (f", {args.distract:g} of the informative notes with a true sentence about another object beside them "
@@ -710,7 +727,7 @@ def main(argv: list[str] | None = None) -> int:
         "envs": ["trap"], "recipe": args.recipe, "splits": args.splits, "template_share": args.template, "reflect": args.reflect,
         "reflect_only": args.reflect_only, "pass_by": args.pass_by, "answer_form": args.answer_form,
         "room_questions": args.room_questions, "verdict_weight": args.verdict_weight, "context": args.context,
-        "last_layers": args.last_layers, "anchor_weight": args.anchor_weight, "anchor_spread": args.anchor_spread, "anchor_ref": args.anchor_ref, "focus_weight": args.focus_weight, "plan_share": args.plan_share, "can_weight": args.can_weight, "plant_per_layout": args.plant_per_layout, "focus_first": args.focus_first, "observed": args.observed, "return_trips": [v for _, v in returns], "return_weight": args.return_weight, "negation": args.negation, "distract": args.distract, "init": str(args.init) if args.init else None, "epochs": args.epochs, "per_layout": args.per_layout, "batch": args.batch, "lr": args.lr, "seed": args.seed,
+        "last_layers": args.last_layers, "anchor_weight": args.anchor_weight, "anchor_spread": args.anchor_spread, "anchor_ref": args.anchor_ref, "focus_weight": args.focus_weight, "plan_share": args.plan_share, "can_weight": args.can_weight, "plant_per_layout": args.plant_per_layout, "focus_first": args.focus_first, "observed": args.observed, "return_trips": return_trip_layouts(env) if args.return_trips else [], "stay_trips": stay_layouts(env) if args.stay_trips else [], "return_weight": args.return_weight, "negation": args.negation, "distract": args.distract, "init": str(args.init) if args.init else None, "epochs": args.epochs, "per_layout": args.per_layout, "batch": args.batch, "lr": args.lr, "seed": args.seed,
         "seconds": round(time.time() - t0, 1), "history": history,
     }  # fmt: skip
     (args.out / "warmstart.json").write_text(json.dumps(meta, indent=1))

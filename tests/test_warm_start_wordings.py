@@ -408,6 +408,23 @@ def test_return_trips_are_train_layouts_whose_can_sits_in_a_third_room_never_the
     assert "--return-trips adds train layouts" in capsys.readouterr().err
 
 
+def test_stay_trips_are_train_layouts_whose_can_sits_in_the_flowers_room(capsys):
+    """`--stay-trips`: the 7 train layouts (the adapted first one aside) where the pick-up is followed by
+    the focus, not a walk back; none of them is a return trip."""
+    mw = _load(ROOT / "scripts" / "make_warmstart.py", "make_warmstart_under_test")
+    env, task = TrapEnv(), "trap-water-plant"
+    got = mw.stay_layouts(env)
+    assert got == [6, 12, 13, 14, 16, 18, 23] and not set(got) & set(mw.return_trip_layouts(env))
+    for v in got:  # the room reached first holds both: pick up, then focus where it stands
+        gold = env.gold_path(task, v)
+        flower = env.layout(task, v).target
+        assert gold[0] == f"go to {env.layout(task, v).target_room}"
+        assert gold[1:] == [f"pick up {CAN}", f"focus on {flower}", f"water {flower}"]
+    with pytest.raises(SystemExit):
+        mw.main(["--stay-trips", "--splits", "train", "--out", "/nonexistent"])
+    assert "--stay-trips adds train layouts" in capsys.readouterr().err
+
+
 def test_anchor_walks_cover_every_batch_only_when_spread():
     mw = _load(ROOT / "scripts" / "make_warmstart.py", "make_warmstart_under_test")
     # The shipped route adapter's build by hand: 36 dev layouts × 4 walks = 144 anchors; 43 batches of 4.
