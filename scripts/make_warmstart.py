@@ -489,11 +489,11 @@ def return_trip_layouts(env: TrapEnv) -> list[int]:
 
 def stay_layouts(env: TrapEnv) -> list[int]:
     """trap-water-plant train layouts whose watering can sits in the flower's own room: after the pick-up
-    the path focuses where it stands (4 gold steps). They balance `return_trip_layouts`, whose weighted
-    walk back taught the route adapter to leave for the hallway after any pick-up (P 0.85 on a test layout
-    with can and flower together, facts-only note). The first train layout is left out, as there."""
+    the path focuses where it stands (4 gold steps). They are meant to balance `return_trip_layouts`, whose
+    weighted walk back the route adapter also takes after a pick-up in the flower's room
+    (docs/notebook/2026-12-05-bars-run.md). The first train layout is left out, as there."""
     task = "trap-water-plant"
-    return [v for v in env.variations(task, "train")[1:] if env.layout(task, v).objects[CAN] == env.layout(task, v).target_room]
+    return [v for v in env.variations(task, "train")[1:] if (lay := env.layout(task, v)).objects[CAN] == lay.target_room]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -621,8 +621,9 @@ def main(argv: list[str] | None = None) -> int:
     # The search family's layouts only: no fixed-family layout (its train and test layouts are the race's).
     layouts = [(t, v) for t in TASKS if TASKS[t].family == "search" for split in args.splits for v in env.variations(t, split)]
 
-    returns = [("trap-water-plant", v) for v in return_trip_layouts(env)] if args.return_trips else []
-    returns += [("trap-water-plant", v) for v in stay_layouts(env)] if args.stay_trips else []
+    # --return-trips and --stay-trips: trap-water-plant train layouts added to the note-following data
+    added = [("trap-water-plant", v) for v in return_trip_layouts(env)] if args.return_trips else []
+    added += [("trap-water-plant", v) for v in stay_layouts(env)] if args.stay_trips else []
 
     def per_layout(task: str) -> int:
         return args.plant_per_layout if task == "trap-water-plant" and args.plant_per_layout else args.per_layout
@@ -643,7 +644,7 @@ def main(argv: list[str] | None = None) -> int:
         data = [conversation(t, v, rng, recipe=args.recipe, template=args.template, plan=args.plan_share,
                              focus_first=focus_first(t), observed=args.observed, negation=negation(),
                              distract=args.distract)
-                for t, v in layouts + returns for _ in range(per_layout(t))] if follow else []  # fmt: skip
+                for t, v in layouts + added for _ in range(per_layout(t))] if follow else []  # fmt: skip
         rng.shuffle(data)
         anchors = [anchor_conversation(t, v, rng) for t, v in layouts for _ in range(args.per_layout)] if follow else []
         rng.shuffle(anchors)
