@@ -622,8 +622,9 @@ def main(argv: list[str] | None = None) -> int:
     layouts = [(t, v) for t in TASKS if TASKS[t].family == "search" for split in args.splits for v in env.variations(t, split)]
 
     # --return-trips and --stay-trips: trap-water-plant train layouts added to the note-following data
-    added = [("trap-water-plant", v) for v in return_trip_layouts(env)] if args.return_trips else []
-    added += [("trap-water-plant", v) for v in stay_layouts(env)] if args.stay_trips else []
+    return_trips = return_trip_layouts(env) if args.return_trips else []
+    stay_trips = stay_layouts(env) if args.stay_trips else []
+    added = [("trap-water-plant", v) for v in return_trips + stay_trips]
 
     def per_layout(task: str) -> int:
         return args.plant_per_layout if task == "trap-water-plant" and args.plant_per_layout else args.per_layout
@@ -711,10 +712,10 @@ def main(argv: list[str] | None = None) -> int:
            "from scripts/note_wordings.py, plans shown whole or cut by remaining_plan)")
         + (f", the reflection prompt answered with a true note about the episode ({args.reflect:g} per "
            "note-following conversation)" if args.reflect and not args.reflect_only else "")
-        + (f", plus trap-water-plant train layouts {return_trip_layouts(env)} for the walk back from the can's room "
-           "(--return-trips)" if args.return_trips else "")
-        + (f", plus trap-water-plant train layouts {stay_layouts(env)} whose can sits in the flower's room "
-           "(--stay-trips)" if args.stay_trips else "")
+        + (f", plus trap-water-plant train layouts {return_trips} for the walk back from the can's room "
+           "(--return-trips)" if return_trips else "")
+        + (f", plus trap-water-plant train layouts {stay_trips} whose can sits in the flower's room "
+           "(--stay-trips)" if stay_trips else "")
         + (", the moves from the can's pick-up to the first focus weighted like the focus (--return-weight)"
            if args.return_weight and not args.reflect_only else "")
         + (f", {args.distract:g} of the informative notes with a true sentence about another object beside them "
@@ -728,7 +729,7 @@ def main(argv: list[str] | None = None) -> int:
         "envs": ["trap"], "recipe": args.recipe, "splits": args.splits, "template_share": args.template, "reflect": args.reflect,
         "reflect_only": args.reflect_only, "pass_by": args.pass_by, "answer_form": args.answer_form,
         "room_questions": args.room_questions, "verdict_weight": args.verdict_weight, "context": args.context,
-        "last_layers": args.last_layers, "anchor_weight": args.anchor_weight, "anchor_spread": args.anchor_spread, "anchor_ref": args.anchor_ref, "focus_weight": args.focus_weight, "plan_share": args.plan_share, "can_weight": args.can_weight, "plant_per_layout": args.plant_per_layout, "focus_first": args.focus_first, "observed": args.observed, "return_trips": return_trip_layouts(env) if args.return_trips else [], "stay_trips": stay_layouts(env) if args.stay_trips else [], "return_weight": args.return_weight, "negation": args.negation, "distract": args.distract, "init": str(args.init) if args.init else None, "epochs": args.epochs, "per_layout": args.per_layout, "batch": args.batch, "lr": args.lr, "seed": args.seed,
+        "last_layers": args.last_layers, "anchor_weight": args.anchor_weight, "anchor_spread": args.anchor_spread, "anchor_ref": args.anchor_ref, "focus_weight": args.focus_weight, "plan_share": args.plan_share, "can_weight": args.can_weight, "plant_per_layout": args.plant_per_layout, "focus_first": args.focus_first, "observed": args.observed, "return_trips": return_trips, "stay_trips": stay_trips, "return_weight": args.return_weight, "negation": args.negation, "distract": args.distract, "init": str(args.init) if args.init else None, "epochs": args.epochs, "per_layout": args.per_layout, "batch": args.batch, "lr": args.lr, "seed": args.seed,
         "seconds": round(time.time() - t0, 1), "history": history,
     }  # fmt: skip
     (args.out / "warmstart.json").write_text(json.dumps(meta, indent=1))
