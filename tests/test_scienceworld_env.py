@@ -17,6 +17,7 @@ from empo2_studio.config import EnvConfig
 from empo2_studio.envs import make_env
 from empo2_studio.envs.scienceworld import (
     FEWSHOT_PATH,
+    REFUSED_TEXT,
     TASK_NAMES,
     ScienceWorldEnv,
     fewshot_variations,
@@ -223,6 +224,49 @@ def test_free_text_and_empty_actions(sw):
     res = sw.step("Go to the kitchen")
     assert (res.action_text, res.action, res.corrected) == ("Go to the kitchen", "go to kitchen", True)
     assert res.observation.text == "You move to the kitchen."
+
+
+@pytest.mark.scienceworld
+def test_refused_action_is_not_offered_again(sw):
+    # find-animal's kitchen lists "pick up cup containing orange juice", which the parser refuses; the
+    # agent of issue 47 sent it 24 times to the step limit.
+    sw.reset("find-animal", 0)
+    sw.step("go to kitchen")
+    offered = sw.step("look around").observation
+    refused = "pick up cup containing orange juice"
+    assert refused in offered.valid_actions
+    res = sw.step(refused)
+    assert res.observation.text == REFUSED_TEXT and res.reward == 0.0 and not res.done
+    assert refused not in res.observation.valid_actions
+    later = sw.step("look around").observation
+    assert refused not in later.valid_actions and "pick up orange in bowl" in later.valid_actions
+    sw.reset("find-animal", 0)  # a new episode forgets it
+    sw.step("go to kitchen")
+    assert refused in sw.step("look around").observation.valid_actions
+
+
+@pytest.mark.scienceworld
+@pytest.mark.parametrize(("task", "variation"), [("find-animal", 0), ("find-animal", 226), ("power-component", 16)])
+def test_valid_gold_path_uses_listed_actions_and_wins(sw, task, variation):
+    raw = sw.gold_path(task, variation)
+    mapped, score = sw.valid_gold_path(task, variation)
+    assert score == 100.0
+    obs = sw.reset(task, variation)
+    for action in mapped:  # every mapped action is in its step's valid list, and the path wins
+        assert action in obs.valid_actions, action
+        res = sw.step(action)
+        obs = res.observation
+        if res.done:
+            break
+    assert res.won
+    if task == "find-animal":
+        # the simulator's last gold action is not listed; word overlap alone maps it to the orange
+        animal = next(a for a in mapped if a.startswith("focus on ")).removeprefix("focus on ")
+        assert raw[-1] not in mapped and mapped[-1].startswith(f"move {animal} to ")
+        assert "orange" not in mapped[-1].split(" to ")[0]
+    else:
+        assert raw[5] == "connect battery anode to green wire terminal 1"
+        assert mapped[5] == "connect anode in battery to green wire terminal 1"
 
 
 @pytest.mark.scienceworld

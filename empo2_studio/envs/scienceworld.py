@@ -26,7 +26,7 @@ from typing import Any
 
 from scienceworld.constants import ID2TASK
 
-from empo2_studio.envs.actions import correct_action
+from empo2_studio.envs.actions import correct_action, jaccard, words
 from empo2_studio.envs.room_notes import episode_record
 from empo2_studio.types import Episode, Observation, Split, StepResult
 
@@ -44,11 +44,18 @@ STEP_LIMITS = {"chemistry-mix": 60, "measure-melting-point-known-substance": 120
 DEFAULT_STEP_LIMIT = 30
 HIDDEN_ACTIONS = frozenset({"reset task"})
 """Listed by the simulator but never offered: it would restart the task mid-episode."""
+REFUSED_TEXT = "No known action matches that input."
+"""The simulator's answer to an action its own valid list offered but its parser cannot resolve
+(e.g. "pick up cup containing orange juice" in find-animal's kitchen). Such an action is dropped from
+the rest of the episode's valid lists (`ScienceWorldEnv.step`): offered again, a policy that likes it
+sends it to the step limit."""
 _SW_STEP_LIMIT = 1_000_000
 """ScienceWorld's own move limit, set out of the way: this adapter counts steps itself."""
 JAVA_OPTS = ("-Xmx1g", "-XX:+UseSerialGC")
 """JVM options per adapter. Java's default heap (¼ of RAM, parallel GC) let one JVM grow to 1–3 GB;
 a group of 8 adapters has to fit a laptop, and a serial collector keeps GC threads off busy cores."""
+MAP_CANDIDATES = 8
+"""How many valid actions `ScienceWorldEnv.valid_gold_path` tries for a gold action its list lacks."""
 _LAUNCH_LOCK = threading.Lock()
 
 
@@ -235,12 +242,65 @@ class ScienceWorldEnv:
         raw = self._load(task, variation, gold=True).get_gold_action_sequence()
         return clean_gold_path(list(raw), self.simplification)
 
+    def valid_gold_path(self, task: str, variation: int) -> tuple[list[str], float]:
+        """The gold path in the words of the step's valid actions, played to its end: `(actions, score)`.
+
+        The simulator writes some gold actions in a form its parser accepts but its valid list does
+        not hold ("connect battery anode to green wire terminal 1" where the list says "connect anode
+        in battery to green wire terminal 1"; find-animal's "move egg butterfly egg in inventory to red
+        box" where it says "move butterfly to red box"). A policy choosing among valid actions can only
+        play a listed form, so each such action is replaced by the listed action that does the same:
+        the gold action is played once, then the `MAP_CANDIDATES` valid actions closest to it in words
+        are tried from the same state (a replay of the path so far) until one gives the same
+        observation and score. Word overlap alone picks wrong ("move orange in inventory to red box"
+        for the butterfly egg). With no such action, the closest one is kept. `score` (−100 … 100) is
+        what the mapped path reached within the step limit. The simulator's ticks vary between runs
+        (power-component's circuit may score on the last connection or one "wait1" later), so the
+        gold steps after an early win are kept unmapped and a replay should play until `done`. Ends any running episode. Raises
+        ValueError for an unknown task or variation (before a JVM starts)."""
+        gold = self.gold_path(task, variation)
+        played: list[str] = []
+
+        def replay() -> Observation:
+            obs = self.reset(task, variation)
+            for done_action in played:
+                obs = self.step(done_action).observation
+            return obs
+
+        obs = replay()
+        done = False
+        for action in gold:
+            if done:  # won early: the simulator's ticks vary from run to run, so the rest is kept as it is
+                played.append(action)
+                continue
+            if action not in obs.valid_actions:
+                valid = obs.valid_actions
+                text, _, _, info = self._sim.step(action)
+                target = text.strip(), float(info["score"])
+                ranked = sorted(valid, key=lambda a: (-jaccard(words(action), words(a)), a))
+                for candidate in ranked[:MAP_CANDIDATES]:
+                    replay()
+                    result = self.step(candidate)
+                    if (result.observation.text, result.observation.score) == target:
+                        action = candidate
+                        break
+                else:
+                    action = correct_action(action, valid)[0]
+                obs = replay()
+            result = self.step(action)
+            played.append(result.action)
+            obs, done = result.observation, result.done
+            if done and not result.won:
+                break
+        self._episode = None
+        return played, obs.score
+
     # ---- episode -------------------------------------------------------------------------------
     def reset(self, task: str, variation: int) -> Observation:
         self.check_variation(task, variation)  # before the JVM starts
         sim = self._load(task, variation)
         text, info = sim.reset()
-        self._episode = {"task": task, "variation": variation, "steps": 0, "done": False}
+        self._episode = {"task": task, "variation": variation, "steps": 0, "done": False, "refused": set()}
         return self._observation(text, info)
 
     def step(self, action_text: str) -> StepResult:
@@ -257,6 +317,10 @@ class ScienceWorldEnv:
             reward, score = 0.0, last.score
         else:
             text, _, completed, info = self._sim.step(action)
+            if text.strip() == REFUSED_TEXT:
+                # Refused by the parser, not by the state: it is refused in every later state of the
+                # episode too, so it is not offered again until the next reset.
+                ep["refused"].add(action)
             obs = self._observation(text, info)
             score, reward = obs.score, obs.score - last.score
             ep["done"] = bool(completed) or score <= -100 or score >= 100
@@ -279,7 +343,7 @@ class ScienceWorldEnv:
             task=ep["task"],
             variation=ep["variation"],
             task_description=desc,
-            valid_actions=tuple(sorted(set(info["valid"]) - HIDDEN_ACTIONS)),
+            valid_actions=tuple(sorted(set(info["valid"]) - HIDDEN_ACTIONS - ep["refused"])),
             inventory=info["inv"].strip(),
             score=float(info["score"]),
         )
