@@ -91,3 +91,33 @@ def test_the_learning_benchmark_starts_both_arms_from_the_warm_start_it_is_given
     args = argparse.Namespace(decoding="constrained", choice_norm="word", choice_pmi=False, warm_start=str(template))
     assert warm_start_dir(mod.policy_config(args)) == template
     assert mod.policy_config(argparse.Namespace(**{**vars(args), "warm_start": "auto"})) == PolicyConfig()
+
+
+def test_no_shipped_adapter_saw_a_held_out_scienceworld_task():
+    from empo2_studio.envs.scienceworld import HELD_OUT_TASKS
+
+    folders = sorted(p.parent for p in WARM_START_DIR.glob("*/warmstart.json"))
+    assert len(folders) >= 5
+    for folder in folders:
+        meta = json.loads((folder / "warmstart.json").read_text())
+        if "scienceworld" in meta.get("envs", []):
+            assert meta["tasks"], f"{folder.name} names no ScienceWorld task it saw"
+        seen = set(meta.get("tasks", {}))
+        assert not seen & set(HELD_OUT_TASKS), f"{folder.name} saw held-out task(s) {sorted(seen & set(HELD_OUT_TASKS))}"
+    assert "find-animal" in HELD_OUT_TASKS and len(HELD_OUT_TASKS) == 7
+
+
+def test_the_scienceworld_warm_start_script_refuses_a_held_out_task_by_name(capsys):
+    import sys
+
+    sys.path.insert(0, str(WARM_START_DIR.parents[1] / "scripts"))
+    from make_sw_warmstart import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["--tasks", "power-component", "find-animal", "--out", "/nonexistent/never-written"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "held-out task(s) find-animal may not enter a warm start's data" in err
+    with pytest.raises(SystemExit):
+        main(["--tasks", "power-componnet"])
+    assert "unknown ScienceWorld task(s) power-componnet" in capsys.readouterr().err

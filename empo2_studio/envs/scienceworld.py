@@ -36,6 +36,13 @@ SPLITS_PATH = FEWSHOT_DIR / "scienceworld_splits.json"
 
 TASK_NAMES: tuple[str, ...] = tuple(ID2TASK.values())
 """The 30 ScienceWorld tasks, in the simulator's order (1-1 boil … 10-2)."""
+HELD_OUT_TASKS: tuple[str, ...] = (
+    "find-animal", "find-living-thing", "find-plant", "find-non-living-thing",
+    "lifespan-longest-lived", "lifespan-shortest-lived", "lifespan-longest-lived-then-shortest-lived",
+)
+"""The test bed of the ScienceWorld Lesson, race and adaptation (issue 47): never in a shipped adapter's
+training data nor in a choice between adapters. `scripts/make_sw_warmstart.py` refuses them by name and
+a test fails when a shipped `warmstart.json` lists one."""
 SIMPLIFICATIONS = (
     "teleportAction", "selfWateringFlowerPots", "openContainers", "openDoors", "noElectricalAction",
 )

@@ -1,0 +1,243 @@
+"""Train the ScienceWorld warm-start LoRA adapter: the embedded model reads a plan note in ScienceWorld.
+
+The trap's warm start (assets/warmstart/…-route) reads notes in the trap's words. In ScienceWorld the
+same adapter gives a pinned gold plan's next step 0.4–0.8 and "look around" 0.00 (power-component test
+variations, compact prompt; docs/notebook/2026-12-06-scienceworld-agent.md), so a plan of ten steps is
+almost never played to its end. This adapter is that adapter fine-tuned on ScienceWorld conversations:
+
+1. note-following: the simulator's gold path of a task variation (`ScienceWorldEnv.valid_gold_path`,
+   in the words of the step's valid actions) played in the compact prompt with the plan pinned as a
+   note at every step, shown from its first step not yet played (`prompts.remaining_plan`), or whole
+   in a share of the conversations (`--whole-share`); likelihood of every gold action under
+   constrained decoding (the studio's token-level trie over the step's valid actions);
+2. note-free walks of random valid actions on the same variations (no "focus on": that ends most
+   tasks), held to the `--init` adapter's distribution by a KL term, so that what the agent does
+   without a note stays what it was.
+
+Only the train and dev variations of tasks outside `HELD_OUT_TASKS` are read: the held-out tasks are
+the test bed of the Lesson, the race and adaptation, and a task named there is refused by name. The
+adapter's `warmstart.json` lists every task and variation it saw (a test fails on a held-out one).
+
+    .venv/bin/python scripts/make_sw_warmstart.py            # the shipped adapter (~25 min on a 2-core CPU)
+    .venv/bin/python scripts/make_sw_warmstart.py --tasks power-component --variations 2 --out /tmp/sw   # a quick try
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from empo2_studio.config import EMBEDDED_MODEL, PolicyConfig  # noqa: E402
+from empo2_studio.envs.scienceworld import HELD_OUT_TASKS, TASK_NAMES, ScienceWorldEnv  # noqa: E402
+from empo2_studio.policy import Turn, prompts  # noqa: E402
+from empo2_studio.types import RetrievedTip  # noqa: E402
+from make_warmstart import _to_half  # noqa: E402
+
+DEFAULT_OUT = ROOT / "assets" / "warmstart" / f"{EMBEDDED_MODEL}-scienceworld"
+DEFAULT_INIT = ROOT / "assets" / "warmstart" / f"{EMBEDDED_MODEL}-route"
+DEFAULT_TASKS = (
+    "power-component", "power-component-renewable-vs-nonrenewable-energy", "test-conductivity",
+    "test-conductivity-of-unknown-substances", "chemistry-mix", "chemistry-mix-paint-secondary-color",
+    "chemistry-mix-paint-tertiary-color",
+)
+"""Tasks outside HELD_OUT_TASKS whose mapped gold path wins within 30 steps under "easy" (measured over
+three train, dev and test variations each: docs/notebook/2026-12-06-scienceworld-agent.md)."""
+PLAN_OPENINGS = ("To finish the task: ", "Plan that worked: ", "Do this: ", "Steps: ")
+"""How a training note opens its plan; the plan itself is joined by `prompts.PLAN_SEPARATOR`."""
+
+
+def plan_note(actions: list[str], opening: str = PLAN_OPENINGS[0]) -> str:
+    """A note that states `actions` as a plan `prompts.remaining_plan` can cut.
+
+    >>> plan_note(["go to workshop", "focus on buzzer"])
+    'To finish the task: go to workshop, then focus on buzzer.'
+    """
+    return opening + prompts.PLAN_SEPARATOR.join(actions) + "."
+
+
+def check_tasks(tasks: list[str]) -> None:
+    """Raise ValueError naming a held-out or unknown task (the warm start never reads either)."""
+    held = [t for t in tasks if t in HELD_OUT_TASKS]
+    if held:
+        raise ValueError(f"held-out task(s) {', '.join(held)} may not enter a warm start's data; "
+                         f"held out: {', '.join(HELD_OUT_TASKS)}")
+    unknown = [t for t in tasks if t not in TASK_NAMES]
+    if unknown:
+        raise ValueError(f"unknown ScienceWorld task(s) {', '.join(unknown)}; valid tasks: {', '.join(TASK_NAMES)}")
+
+
+def gold_turns(env: ScienceWorldEnv, task: str, variation: int, actions: list[str], note: str | None,
+               cut: bool) -> list[tuple[str, str, tuple[str, ...]]]:
+    """(user message, gold action, valid actions) for each step of `actions` played from reset, in the
+    compact prompt, `note` pinned at every step (cut by `remaining_plan` when `cut`); stops when the
+    episode ends."""
+    obs = env.reset(task, variation)
+    turns, played = [], []
+    for k, action in enumerate(actions):
+        user = (prompts.first_user_message("scienceworld", obs, ()) if k == 0
+                else prompts.step_user_message(obs, "scienceworld"))
+        if note is not None:
+            tip = RetrievedTip("note", note, 100.0, 1.0, True)
+            tip = prompts.with_plan_progress(tip, played) if cut else tip
+            user = prompts.with_tips(user, [tip], prompts.prompt_style("scienceworld"))
+        turns.append((user, action, obs.valid_actions))
+        result = env.step(action)
+        played.append(action)
+        obs = result.observation
+        if result.done:
+            break
+    return turns
+
+
+def walk_turns(env: ScienceWorldEnv, task: str, variation: int, rng: random.Random, steps: int = 6
+               ) -> list[tuple[str, str, tuple[str, ...]]]:
+    """A note-free walk of `steps` random valid actions that are not "focus on …" (compact prompt)."""
+    obs = env.reset(task, variation)
+    turns = []
+    for k in range(steps):
+        choices = [a for a in obs.valid_actions if not a.startswith("focus on")]
+        if not choices:
+            break
+        action = rng.choice(choices)
+        user = (prompts.first_user_message("scienceworld", obs, ()) if k == 0
+                else prompts.step_user_message(obs, "scienceworld"))
+        turns.append((user, action, obs.valid_actions))
+        result = env.step(action)
+        obs = result.observation
+        if result.done:
+            break
+    return turns
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tasks", nargs="+", default=list(DEFAULT_TASKS))
+    ap.add_argument("--splits", nargs="+", choices=["train", "dev"], default=["train", "dev"])
+    ap.add_argument("--variations", type=int, default=6, help="variations per task and split (the first N)")
+    ap.add_argument("--per-variation", type=int, default=2, help="note-following conversations per variation")
+    ap.add_argument("--whole-share", type=float, default=0.25, help="share of the notes shown whole at every step")
+    ap.add_argument("--init", type=Path, default=DEFAULT_INIT, help="the adapter to fine-tune (its KL anchor)")
+    ap.add_argument("--anchor-weight", type=float, default=1.0)
+    ap.add_argument("--epochs", type=int, default=1)
+    ap.add_argument("--batch", type=int, default=2)
+    ap.add_argument("--lr", type=float, default=3e-4)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    args = ap.parse_args(argv)
+    try:
+        check_tasks(args.tasks)
+    except ValueError as exc:
+        ap.error(str(exc))
+    if args.variations < 1 or args.per_variation < 1 or args.epochs < 1 or args.batch < 1:
+        ap.error("--variations, --per-variation, --epochs and --batch must be ≥ 1, got "
+                 f"{args.variations}, {args.per_variation}, {args.epochs}, {args.batch}")
+    if not 0 <= args.whole_share <= 1:
+        ap.error(f"--whole-share must be a share in [0, 1], got {args.whole_share}")
+    if not (args.init / "adapter_config.json").is_file():
+        ap.error(f"--init {str(args.init)!r} is not an adapter directory (no adapter_config.json)")
+
+    import torch
+
+    from empo2_studio.policy.loading import load_policy
+
+    torch.manual_seed(args.seed)
+    rng = random.Random(args.seed)
+    t0 = time.time()
+    env = ScienceWorldEnv()
+    seen: dict[str, list[int]] = {}
+    follow, walks = [], []
+    for task in args.tasks:
+        for split in args.splits:
+            for v in env.variations(task, split)[: args.variations]:
+                actions, score = env.valid_gold_path(task, v)
+                if score < 100:  # a path that does not win teaches nothing to follow
+                    print(f"  skip {task} {v}: its mapped gold path reaches {score:.0f}", flush=True)
+                    continue
+                seen.setdefault(task, []).append(v)
+                for _ in range(args.per_variation):
+                    whole = rng.random() < args.whole_share
+                    note = plan_note(actions, rng.choice(PLAN_OPENINGS))
+                    follow.append(gold_turns(env, task, v, actions, note, cut=not whole))
+                walks.append(walk_turns(env, task, v, rng))
+        print(f"{task}: {len(seen.get(task, []))} variations [{time.time() - t0:.0f} s]", flush=True)
+    env.close()
+
+    policy = load_policy(PolicyConfig(quantization="none", warm_start="none", lora_layers=12))
+    policy.load_adapter(str(args.init))
+    fmt = policy.chat_format
+
+    def as_turns(conv):
+        return [Turn(u, fmt.encode(a) + (fmt.eot_id,), valid) for u, a, valid in conv]
+
+    anchor_convs = [as_turns(w) for w in walks if w]
+    with torch.no_grad():
+        reference = [policy.allowed_logprobs(c) for c in anchor_convs]
+    opt = torch.optim.AdamW(policy.trainable_parameters(), lr=args.lr, weight_decay=0.0)
+    history: list[dict[str, float]] = []
+    policy.model.train()
+    for epoch in range(args.epochs):
+        order = list(range(len(follow)))
+        rng.shuffle(order)
+        steps = -(-len(order) // args.batch)
+        for step in range(steps):
+            batch = [as_turns(follow[i]) for i in order[step * args.batch : (step + 1) * args.batch]]
+            logps = policy.score(batch)
+            picked = [lp.sum() for conv in logps for lp in conv]
+            nll = -torch.stack(picked).mean()
+            kls = []
+            for c in range(step, len(anchor_convs), steps):  # every walk once per epoch, spread over the batches
+                for ref, cur in zip(reference[c], policy.allowed_logprobs(anchor_convs[c]), strict=True):
+                    kls.append((ref.exp() * (ref - cur)).sum())
+            kl = torch.stack(kls).mean() if kls else torch.zeros(())
+            loss = nll + args.anchor_weight * kl
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(policy.trainable_parameters(), 1.0)
+            opt.step()
+            p_action = float(torch.stack(picked).exp().mean())
+            history.append({"epoch": epoch, "step": len(history), "loss": float(nll), "kl": float(kl), "p_action": p_action})
+            print(f"epoch {epoch} batch {step + 1}/{steps} nll {float(nll):.3f} kl {float(kl):.4f} "
+                  f"mean P(action) {p_action:.2f} [{time.time() - t0:.0f} s]", flush=True)
+    policy.model.eval()
+    args.out.mkdir(parents=True, exist_ok=True)
+    policy.save_adapter(str(args.out))
+    _to_half(args.out / "adapter_model.safetensors")
+    init_meta = args.init / "warmstart.json"
+    meta = {
+        "base_model": EMBEDDED_MODEL,
+        "trained_on": "ScienceWorld train/dev variations of the tasks below (never a held-out task): the "
+        "mapped gold path played with its plan pinned as a note (likelihood, constrained decoding, compact "
+        "prompt), and note-free random walks held to the --init adapter (KL)",
+        "envs": ["scienceworld"] + (json.loads(init_meta.read_text()).get("envs", []) if init_meta.is_file() else []),
+        "tasks": seen, "splits": args.splits, "prompt_style": prompts.prompt_style("scienceworld"),
+        "init": str(args.init.resolve().relative_to(ROOT)) if args.init.resolve().is_relative_to(ROOT) else str(args.init),
+        "variations": args.variations, "per_variation": args.per_variation, "whole_share": args.whole_share,
+        "anchor_weight": args.anchor_weight, "epochs": args.epochs, "batch": args.batch, "lr": args.lr,
+        "seed": args.seed, "conversations": len(follow), "walks": len(anchor_convs),
+        "seconds": round(time.time() - t0, 1), "history": history,
+    }  # fmt: skip
+    (args.out / "warmstart.json").write_text(json.dumps(meta, indent=1))
+    (args.out / "README.md").write_text(CARD.format(**meta, n_tasks=len(seen)))
+    print(f"wrote {args.out} in {time.time() - t0:.0f} s")
+    return 0
+
+
+CARD = """# ScienceWorld warm-start LoRA adapter for {base_model}
+
+Built by `scripts/make_sw_warmstart.py` (seed {seed}, {epochs} epoch(s), lr {lr}, fine-tuned from {init},
+{conversations} note-following conversations and {walks} note-free walks on {n_tasks} tasks, {seconds} s on
+this machine's CPU). Trained on: {trained_on}. Every task and variation it saw is listed in `warmstart.json`
+("tasks"); none of ScienceWorld's held-out tasks (`envs.scienceworld.HELD_OUT_TASKS`) is among them.
+"""
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
