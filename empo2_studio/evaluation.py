@@ -17,6 +17,7 @@ the tip store) — so `empo2-studio eval` loads a policy and plays, with no trai
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +44,7 @@ def evaluate(
     iteration: int,
     variations: int | None = None,
     repeats: int | None = None,
+    on_progress: Callable[[int, int, int], None] | None = None,
 ) -> dict[str, float]:
     """Play the test split without memory and record the result in the session.
 
@@ -53,6 +55,8 @@ def evaluate(
         session: where the episodes and the metrics row go; `iteration` labels the row.
         variations: test variations to use (default `train.eval_variations`, capped by the split size).
         repeats: episodes per variation (default `train.eval_repeats`).
+        on_progress: called as `on_progress(played, total, won)` (episode counts) after each test
+            variation's group, so a page shows an evaluation of minutes filling up.
 
     Returns:
         {"eval/score_mean", "eval/success_rate", "eval/episodes",
@@ -60,12 +64,14 @@ def evaluate(
 
     Raises:
         ValueError: variations or repeats < 1.
+        StopRequested: the thread's stop event was set (`stopping.stop_scope`): nothing is recorded.
     """
     n_var = cfg.train.eval_variations if variations is None else variations
     n_rep = cfg.train.eval_repeats if repeats is None else repeats
     if n_var < 1 or n_rep < 1:
         raise ValueError(f"evaluate needs variations ≥ 1 and repeats ≥ 1, got {n_var!r} and {n_rep!r}")
     task = cfg.env.task
+    t0 = time.perf_counter()
     group = envs.take(n_rep)
     test_variations = group[0].variations(task, "test")[:n_var]
     seed_policy(policy, cfg.seed)  # the same sampling noise at every evaluation of a run
@@ -75,6 +81,8 @@ def evaluate(
             group, policy, None, task=task, variation=variation, split="test", rollout_mode="naive",
             update_mode=None, temperature=cfg.rollout.eval_temperature, seed=cfg.seed, group_id="",
         )  # fmt: skip
+        if on_progress is not None:
+            on_progress(len(episodes), len(test_variations) * n_rep, sum(1 for e in episodes if e.won))
     score, success = mean_score(episodes), success_rate(episodes)
     result = {
         "eval/score_mean": score,
@@ -84,7 +92,8 @@ def evaluate(
         f"eval/{task}/success_rate": success,
     }
     session.append_episodes(episodes)
-    session.append_metrics({"iteration": iteration, "kind": "eval", **result})
+    # the seconds go in the row only (not the result): the studio's race reads them as this machine's test-episode time
+    session.append_metrics({"iteration": iteration, "kind": "eval", **result, "time/eval": time.perf_counter() - t0})
     return result
 
 

@@ -112,6 +112,8 @@ class Race:
         """Each arm's metrics per iteration (the trainer's report metrics, plus "iteration")."""
         self.loaded: str | None = None
         """The arm whose weights the policy holds now."""
+        self.saved: dict[str, Path] = {}
+        """Each arm's checkpoint folder from the last `save_checkpoints` (none before)."""
         self.evals: dict[str, list[dict[str, float]]] = {arm: [] for arm in self.trainers}
         """Each arm's memory-free test evaluations: {"iteration", "eval/success_rate" (0…1),
         "eval/score_mean" (−100…100), "eval/episodes", …} in order."""
@@ -177,16 +179,23 @@ class Race:
                 on_arm(arm, report)
         return reports
 
-    def evaluate(self, on_eval: Callable[[str, dict[str, float]], None] | None = None) -> dict[str, dict[str, float]]:
+    def evaluate(self, on_eval: Callable[[str, dict[str, float]], None] | None = None,
+                 on_progress: Callable[[str | None, int, int, int], None] | None = None) -> dict[str, dict[str, float]]:  # fmt: skip
         """Memory-free test evaluation of every arm at the current iteration (`Trainer.evaluate`);
         returns arm → its row (also appended to `self.evals`). Before the first iteration every arm
         holds the same weights and the same evaluation seed, so they are evaluated once (in the first
-        arm's session) and the row is given to each. `on_eval(arm, row)` runs per arm."""
+        arm's session) and the row is given to each. `on_eval(arm, row)` runs per arm;
+        `on_progress(arm, played, total, won)` after each test layout's episodes (arm None: the shared
+        evaluation before the first iteration)."""
+
+        def progress(arm: str | None) -> Callable[[int, int, int], None] | None:
+            return None if on_progress is None else (lambda played, total, won: on_progress(arm, played, total, won))
+
         if self.iteration == 0:
-            first = self.use(next(iter(self.trainers))).evaluate()
+            first = self.use(next(iter(self.trainers))).evaluate(on_progress=progress(None))
             results = {arm: dict(first) for arm in self.trainers}
         else:
-            results = {arm: self.use(arm).evaluate() for arm in self.trainers}
+            results = {arm: self.use(arm).evaluate(on_progress=progress(arm)) for arm in self.trainers}
         out = {}
         for arm, result in results.items():
             out[arm] = {"iteration": self.iteration, **{k: float(v) for k, v in result.items()}}
@@ -205,15 +214,19 @@ class Race:
         on_arm: Callable[[str, Any], None] | None = None,
         eval_every: int = 0,
         on_eval: Callable[[str, dict[str, float]], None] | None = None,
+        on_progress: Callable[[str | None, int, int, int], None] | None = None,
     ) -> int:
-        """Up to `iterations` interleaved iterations; a stop request takes effect after the current
-        one (both arms always have played the same number). Saves every arm's checkpoint at the end.
-        `on_arm` as in `step`. With `eval_every` ≥ 1: `evaluate` before the first iteration, after
-        every `eval_every`-th and after the last (`on_eval` as there; a stopped race skips the last).
-        Returns the iterations run.
+        """Up to `iterations` interleaved iterations. `stop` set between iterations ends the race there;
+        inside a job's `stopping.stop_scope` a Stop also cuts the iteration or evaluation in progress
+        (`StopRequested` propagates), so the arms may end one iteration apart. Either way each arm with
+        a finished iteration saves its checkpoint of its last finished one (`saved`); an arm with none
+        saves nothing. `on_arm` as in `step`. With `eval_every` ≥ 1: `evaluate` before the first
+        iteration, after every `eval_every`-th and after the last (`on_eval`, `on_progress` as there; a
+        stopped race skips the last). Returns the interleaved iterations run.
 
         Raises:
             ValueError: `iterations` < 1 or `eval_every` < 0 (or not whole numbers).
+            StopRequested: a job's Stop cut a step (after the checkpoints are saved).
         """
         if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
             raise ValueError(f"iterations must be a whole number ≥ 1, got {iterations!r}")
@@ -223,7 +236,7 @@ class Race:
         self.loaded = None  # the policy may have been used by others since: always load the first arm
         try:
             if eval_every and self.iteration == 0:
-                self.evaluate(on_eval)
+                self.evaluate(on_eval, on_progress)
             for _ in range(iterations):
                 if stop is not None and stop.is_set():
                     break
@@ -232,15 +245,17 @@ class Race:
                 if on_iteration is not None:
                     on_iteration(done, reports)
                 if eval_every and (self.iteration % eval_every == 0 or done == iterations):
-                    self.evaluate(on_eval)
+                    self.evaluate(on_eval, on_progress)
         finally:
-            if done:
-                self.save_checkpoints()
+            self.save_checkpoints()
         return done
 
     def save_checkpoints(self) -> dict[str, Path]:
-        """Each arm's adapter and trainer state as a checkpoint of its session."""
-        return {arm: self.use(arm).save_checkpoint() for arm in self.trainers}
+        """Each arm's adapter and trainer state, at its last finished iteration, as a checkpoint of its
+        session; an arm that has finished none saves nothing. Returns arm → folder, also kept in `saved`."""
+        self.loaded = None  # a cut iteration may have left its arm's weights in the policy: load each kept state
+        self.saved = {arm: self.use(arm).save_checkpoint() for arm in self.trainers if self.rows[arm]}
+        return self.saved
 
     def close(self) -> None:
         """Release the arms' env pools."""

@@ -38,6 +38,7 @@ from empo2_studio.config import RunConfig
 from empo2_studio.envs import EnvPool
 from empo2_studio.rollout import (Timings, draw_update_mode, episode_return, mean_score, play_group, sampling_seed,
                                    seed_policy, state_keys, step_rewards, success_rate, write_group_tips)  # fmt: skip
+from empo2_studio.stopping import rollback_on_stop
 from empo2_studio.types import UPDATE_MODES, Episode, IterationReport, UpdateMode, rollout_mode_of
 from empo2_studio.update import UpdateSettings, policy_update
 
@@ -124,14 +125,15 @@ class Trainer:
             ValueError: `forced_mode` is not one of on-policy / on-policy-with-tips / off-policy.
         """
         t_start = time.perf_counter()
-        mode, variations = self.begin_iteration(forced_mode)
-        self._seed_sampling(self.iteration)
-        timings = Timings()
-        groups = [self._play_training_group(v, mode, timings) for v in variations]
-        episodes = [ep for g in groups for ep in g]
-        advantages = self._advantages(groups)
-        self._phase(f"{mode} update: re-scoring {len(episodes)} episodes, backward, optimizer step")
-        metrics = policy_update(self.policy, self.optimizer, episodes, advantages, mode, self.settings)
+        with rollback_on_stop(self, "iteration", rng=self.rng):  # a Stop mid-iteration: as if never begun
+            mode, variations = self.begin_iteration(forced_mode)
+            self._seed_sampling(self.iteration)
+            timings = Timings()
+            groups = [self._play_training_group(v, mode, timings) for v in variations]
+            episodes = [ep for g in groups for ep in g]
+            advantages = self._advantages(groups)
+            self._phase(f"{mode} update: re-scoring {len(episodes)} episodes, backward, optimizer step")
+            metrics = policy_update(self.policy, self.optimizer, episodes, advantages, mode, self.settings)
         self.name_weights(metrics)
         return self._record("train", mode, self.iteration_metrics(metrics, episodes, mode, timings, t_start), episodes)
 
@@ -292,8 +294,9 @@ class Trainer:
             )
         t0 = time.perf_counter()
         advantages = self._distill_advantages(chosen)
-        self.iteration += 1
-        metrics = policy_update(self.policy, self.optimizer, chosen, advantages, "off-policy", self.settings)
+        with rollback_on_stop(self, "iteration"):
+            self.iteration += 1
+            metrics = policy_update(self.policy, self.optimizer, chosen, advantages, "off-policy", self.settings)
         self.name_weights(metrics)
         metrics.update({"distill/episodes": float(len(chosen)), "rollout/update_mode": float(MODE_CODE["off-policy"])})
         metrics["time/iteration"] = time.perf_counter() - t0
@@ -320,21 +323,14 @@ class Trainer:
         return [adv_of[ep.episode_id] for ep in chosen]
 
     # ---- evaluation, adaptation -------------------------------------------------------------
-    def evaluate(self, *, variations: int | None = None, repeats: int | None = None) -> dict[str, float]:
+    def evaluate(self, *, variations: int | None = None, repeats: int | None = None,
+                 on_progress: Callable[[int, int, int], None] | None = None) -> dict[str, float]:  # fmt: skip
         """Test-split evaluation of this trainer's policy, without memory (see `evaluation.evaluate`)."""
-        return evaluation.evaluate(
-            self.policy, self.pool, self.cfg, self.session, iteration=self.iteration,
-            variations=variations, repeats=repeats,
-        )  # fmt: skip
+        return evaluation.evaluate(self.policy, self.pool, self.cfg, self.session, iteration=self.iteration,
+                                   variations=variations, repeats=repeats, on_progress=on_progress)  # fmt: skip
 
-    def adapt(
-        self,
-        task: str,
-        *,
-        trials: int = 10,
-        on_trial: Callable[[dict[str, float]], None] | None = None,
-        stop: threading.Event | None = None,
-    ) -> list[dict[str, float]]:
+    def adapt(self, task: str, *, trials: int = 10, on_trial: Callable[[dict[str, float]], None] | None = None,
+              stop: threading.Event | None = None) -> list[dict[str, float]]:  # fmt: skip
         """OOD adaptation of this trainer's policy and tip store, weights frozen (see `evaluation.adapt`)."""
         return evaluation.adapt(
             self.policy, self.pool, self.store, self.cfg, self.session, task, iteration=self.iteration,

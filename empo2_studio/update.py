@@ -59,6 +59,7 @@ from empo2_studio.algorithm import clipped_surrogate_loss, kl_penalty, low_prob_
 from empo2_studio.config import AlgoConfig, TrainConfig
 from empo2_studio.policy import Policy, Turn
 from empo2_studio.rollout import conversation as played_conversation
+from empo2_studio.stopping import raise_if_stopped
 from empo2_studio.types import Episode, UpdateMode
 
 MAX_TRAIN_TOKENS = TrainConfig.max_train_tokens
@@ -145,6 +146,8 @@ def policy_update(
     Raises:
         ValueError: `advantages` and `episodes` differ in length, or an episode's per-turn advantages
             do not number its turns.
+        StopRequested: the thread's stop event was set (`stopping.stop_scope`) before the first optimizer
+            step (checked at every micro-batch of the first pass); no weight has changed.
     """
     if len(advantages) != len(episodes):
         raise ValueError(f"need one advantage per episode, got {len(advantages)} for {len(episodes)} episodes")
@@ -170,8 +173,8 @@ def policy_update(
         metrics.update({"loss/policy": 0.0, "loss/kl": 0.0, "mask/low_prob_frac": 0.0, "train/turns": 0.0})
         metrics.update({"train/tokens": 0.0, "grad/norm": 0.0, "train/no_signal": 1.0, "train/context_tokens": 0.0})
         return metrics
-    for _ in range(settings.update_epochs):
-        epoch = _one_pass(policy, optimizer, items, update_mode, settings)
+    for k in range(settings.update_epochs):
+        epoch = _one_pass(policy, optimizer, items, update_mode, settings, stoppable=k == 0)
         metrics["time/scoring"] += epoch.pop("time/scoring")
         metrics["time/backward"] += epoch.pop("time/backward")
         skipped = epoch.pop("guard/skipped")
@@ -182,7 +185,8 @@ def policy_update(
 
 
 def _one_pass(
-    policy: Policy, optimizer: torch.optim.Optimizer, items: list, update_mode: UpdateMode, settings: UpdateSettings
+    policy: Policy, optimizer: torch.optim.Optimizer, items: list, update_mode: UpdateMode, settings: UpdateSettings,
+    stoppable: bool = True,
 ) -> dict[str, float]:
     a = settings.algo
     params = [p for p in policy.trainable_parameters() if p.requires_grad]
@@ -195,6 +199,8 @@ def _one_pass(
     step = settings.micro_batch_episodes
     starts = range(0, len(items), step)
     for start in starts:
+        if stoppable:  # only before the first optimizer step: a stopped update changes no weight
+            raise_if_stopped()
         chunk = items[start : start + step]
         # Data parallelism: every micro-batch but the last accumulates without a collective, so each
         # rank runs one synchronised backward per pass however many micro-batches it has (scale.sync).

@@ -463,11 +463,16 @@ def test_changed_form_trains_a_new_session(studio):
     values[tt.TRAIN_FIELDS.index(("train", "iterations"))] = 50
     job_id, *_, run_id = tt.start_training(studio, RUN, *values)
     assert run_id != RUN and studio.session(run_id).config.rollout.p_memory == 0.9
-    time.sleep(0.2)
+    job = studio.jobs.get(job_id)
+    deadline = time.monotonic() + 180
+    while not job.data.get("reports") and not job.finished and time.monotonic() < deadline:
+        time.sleep(0.05)  # one iteration finished: the stop then cuts a later one
     jp.stop(studio.jobs, job_id)
     job = studio.jobs.wait(job_id, 180)
-    assert job.status == "stopped" and len(job.data.get("reports", [])) < 50
-    assert studio.session(run_id).latest_checkpoint() is not None  # saved on stop
+    n = len(job.data.get("reports", []))
+    assert job.status == "stopped" and 1 <= n < 50, job.message
+    assert studio.session(run_id).latest_checkpoint()[0] == n  # the last finished iteration, saved on stop
+    assert job.message.startswith(f"stopped during iteration {n + 1}: {n} iteration(s) done · checkpoint iter_")
     lora = list(values)
     lora[tt.TRAIN_FIELDS.index(("policy", "lora_r"))] = 4
     with pytest.raises(gr.Error, match="lora"):
@@ -496,14 +501,19 @@ def test_sessions_list_compare_and_export(studio):
         st.open_session(studio, "nope")
 
 
-def test_stop_during_side_by_side_saves_episodes_without_tips(studio):
+def test_stop_during_side_by_side_saves_nothing_of_the_cut_pair(studio):
     before_tips = studio.store(RUN).count()
     before_eps = len(studio.session(RUN).episodes())
     job_id, *_ = et.start_side_by_side(studio, RUN, "trap", TASK, 2, "train", 5, 1.0, "current")
+    job = studio.jobs.get(job_id)
+    deadline = time.monotonic() + 120
+    while not job.data.get("naive") and not job.finished and time.monotonic() < deadline:
+        time.sleep(0.01)  # the first lock-step has been played
     jp.stop(studio.jobs, job_id)
     job = studio.jobs.wait(job_id, 120)
-    assert job.status == "stopped" and "no tips written" in job.message
-    assert len(studio.session(RUN).episodes()) == before_eps + 2
+    # the trap episode needs more than one step: the stop lands inside the pair, which is dropped whole
+    assert job.status == "stopped" and "nothing of the pair saved" in job.message, job.message
+    assert len(studio.session(RUN).episodes()) == before_eps
     assert studio.store(RUN).count() == before_tips
 
 

@@ -15,7 +15,7 @@ from empo2_studio.app import race_tab as rc
 from empo2_studio.app.jobs import Job
 from empo2_studio.app.studio import Studio
 from empo2_studio.lesson import STAGES, StageResult, VariationRow, curated_tip
-from empo2_studio.race import race_verdict
+from empo2_studio.race import Race, race_verdict
 
 RUN = "studio"
 TASK = "trap-light-bulb"
@@ -121,7 +121,11 @@ def test_race_runs_both_arms_and_leaves_the_studio_consistent(studio):
     seed = studio.session(RUN).config.seed
     evals = job.data["evals"]
     assert [(r["seed"], r["iteration"]) for r in evals["GRPO"]] == [(seed, 0), (seed, 1), (seed + 1, 0), (seed + 1, 1)]
-    assert all(r["eval/episodes"] == 12 * studio.session(RUN).config.train.eval_repeats for r in evals["EMPO2"])
+    n_eval = 12 * studio.session(RUN).config.train.eval_repeats
+    assert all(r["eval/episodes"] == n_eval for r in evals["EMPO2"])
+    # every step counted down as its kind: per seed the shared evaluation, then one per arm after iteration 1
+    assert job.countdown.done == {"EMPO² iteration": 2, "GRPO iteration": 2, "test episode": 2 * 3 * n_eval}
+    assert job.countdown.complete and f"{RUN}-race2-grpo (iteration 1)" in job.message
     status, fig, table, verdict, timer, version = rc.poll_race(studio, job_id, -1)
     assert "[done]" in status and list(table["arm"]) == ["EMPO²", "GRPO"] * 2
     assert list(table["seed"]) == [seed, seed, seed + 1, seed + 1]
@@ -214,18 +218,20 @@ def test_race_rows_appear_per_arm_and_a_scienceworld_session_races_a_trap_copy(s
     job = RecordingJob("race")
     cfg = rc.race_config(studio, sw, 1, 2, 2)
     race_ref: list[weakref.ref] = []
-    real_create = rc.Race.create
-    rc.Race.create = lambda *a, **k: (lambda r: (race_ref.append(weakref.ref(r)), r)[1])(real_create(*a, **k))
+    real_create = Race.create
+    Race.create = lambda *a, **k: (lambda r: (race_ref.append(weakref.ref(r)), r)[1])(real_create(*a, **k))
     try:
         result = rc.run_race_job(studio, job, run_id="sw-trap", cfg=cfg, iterations=1)
     finally:
-        rc.Race.create = real_create
+        Race.create = real_create
     messages = job.messages
     counts = [{a: len(r) for a, r in d["rows"].items()} for d in job.seen if "rows" in d]
     assert {"EMPO2": 1, "GRPO": 0} in counts  # EMPO²'s row before GRPO has finished
     assert counts[-1] == {"EMPO2": 1, "GRPO": 1} and set(result["rows"]) == {"EMPO2", "GRPO"}
     assert result["evals"] == {"EMPO2": [], "GRPO": []} and result["verdict"] == ""  # no evaluation asked for
-    assert "sw-trap-race-grpo" in job.message and any("elapsed" in m for m in messages)
+    assert "sw-trap-race-grpo (iteration 1)" in job.message and job.message.startswith("finished in ")
+    assert job.countdown.done == {"EMPO² iteration": 1, "GRPO iteration": 1, "test episode": 0}  # each counted down
+    assert any("EMPO² finished iteration 1 of 1" in m for m in messages)
     gc.collect()
     assert race_ref and race_ref[0]() is None  # nothing of the race (trainers, optimizers, stores) outlives the job
     assert studio.store("sw-trap-race-grpo").count() == 0  # the GRPO arm wrote no tips

@@ -16,7 +16,7 @@ LAYERS: tuple[frozenset[str], ...] = tuple(
     frozenset(layer.split())
     for layer in (
         "__init__ types",
-        "config durable",
+        "config durable stopping",  # stopping: the per-thread stop scope every inner loop checks
         "envs algorithm sessions",
         "policy memory",  # prompts render env observations; reflection takes the policy as a Protocol
         "rollout",

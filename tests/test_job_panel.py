@@ -98,3 +98,46 @@ def test_the_panel_wires_every_tab_the_same_way():
     assert ids(tick.inputs) == ids([panel.job_id, panel.seen, run_id])
     assert ids(tick.outputs) == ids([panel.status, chart, table, panel.timer, panel.seen])
     assert (ids(stop.inputs), ids(stop.outputs)) == (ids([panel.job_id]), ids([panel.status]))
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_job_with_known_step_times_shows_a_countdown_that_moves_between_updates():
+    """A job of 3 steps, 20 s expected each from an earlier run, whose steps take 30, 30 and 12 s:
+    every poll re-reads the countdown, so the status moves while nothing else changes."""
+    from empo2_studio.lesson.timing import Countdown
+
+    reg, release, clock = JobRegistry(), threading.Event(), _Clock()
+    job = _running(reg, release)
+    try:
+        job.countdown = Countdown({"step": 3}, {"step": (20.0, "an earlier run")}, clock=clock)
+        job.update(message="step 1 of 3")
+        status, *_, seen = jp.poll(reg, job.job_id, -1, 0, lambda j: ())
+        assert "[running] step 1 of 3 · 0:00 elapsed · about 1:00 left" in status
+        texts = []
+        for _ in range(3):  # 10 s apart, no job update: the status still counts down
+            clock.now += 10
+            status, timer, again = jp.poll(reg, job.job_id, seen, 0, lambda j: ())
+            texts.append(status)
+            assert again == seen and timer.active
+        assert [t.split("· ", 1)[1].split("<")[0] for t in texts] == [
+            "0:10 elapsed · about 0:50 left", "0:20 elapsed · about 0:40 left", "0:30 elapsed · about 0:30 left"]
+        job.countdown.finished("step")  # measured 30 s: 2 × 30 s left
+        job.update(message="step 2 of 3")
+        assert "step 2 of 3 · 0:30 elapsed · about 1:00 left" in jp.poll(reg, job.job_id, seen, 0, lambda j: ())[0]
+        clock.now += 30
+        job.countdown.finished("step")
+        clock.now += 12
+        job.update(message="step 3 of 3")  # mean 30 s, 1 left, 12 s into it
+        assert "1:12 elapsed · about 0:18 left" in jp.poll(reg, job.job_id, seen, 0, lambda j: ())[0]
+    finally:
+        release.set()
+    reg.wait(job.job_id, 5)
+    status = jp.poll(reg, job.job_id, -1, 0, lambda j: ())[0]
+    assert "[done]" in status and "left" not in status  # a finished job shows its message only

@@ -187,17 +187,24 @@ def test_rows_appear_as_they_are_computed(trainer):
     assert row["lesson/step2/seconds"] == distill.steps[1]["seconds"]
     naive_row = [r for r in trainer.session.metrics() if r.get("lesson/stage") == "naive"][-1]
     assert naive_row["time/episode"] == pytest.approx(results[0].seconds / 4)
-    assert lesson.rates == {"episode": pytest.approx(results[-1].seconds / 4),
+    assert lesson.rates == {"episode": pytest.approx(results[0].seconds / 4),  # stage 5 is timed apart
                             "memory_episode": pytest.approx(results[2].seconds / 4),
-                            "distill_episode": pytest.approx(distill.seconds / 3 / 4)}
+                            "distill_episode": pytest.approx(distill.seconds / 3 / 4),
+                            "after_episode": pytest.approx(results[-1].seconds / 4)}
     with pytest.raises(ValueError, match="unknown lesson stage 'warmup'"):
         lesson.run_stage("warmup")
 
 
-def test_stage_messages_carry_elapsed_and_expected_time(trainer):
+def test_each_finished_group_and_step_is_counted_on_the_lessons_countdown(trainer):
+    """The stage feeds its countdown one unit of its own kind per finished group or step (2 variations
+    × 2 episodes, 3 distill steps); the countdown, not the messages, carries the times."""
+    from empo2_studio.lesson import lesson_countdown
+
+    lesson = Lesson(trainer, settings(), rates={})
+    lesson.countdown = cd = lesson_countdown(2, 2, 3, {}, ["naive", "distill"])
+    assert cd.plan == {"naive episode": 4, "distill step": 3}
     messages: list[str] = []
-    Lesson(trainer, settings(), rates={}).naive(progress=lambda f, m: messages.append(m))
-    assert "elapsed · about" in messages[0] and "(rough estimate)" in messages[0]  # nothing measured yet
-    later = [m for m in messages if "of variation 1" in m]
-    assert later and all("(measured " in m and " s each)" in m for m in later)  # variation 0 measured it
-    assert "left" not in messages[-1] and "elapsed" in messages[-1]  # done: nothing left to expect
+    lesson.naive(progress=lambda f, m: messages.append(m))
+    assert cd.done == {"naive episode": 4, "distill step": 0} and len(cd.measured["naive episode"]) == 4
+    assert not any("elapsed" in m for m in messages)  # the status line adds the countdown at each poll
+    assert cd.per_unit("distill step") == (4 * 7.0, "rough estimate")  # FALLBACK 7 s × 4 episodes per step

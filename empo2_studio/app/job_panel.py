@@ -30,11 +30,15 @@ POLL_S = 0.5
 
 
 def job_status_html(job: Job | None) -> str:
-    """The status line of a job: a progress bar with "[status]" and its message, or its error for a
-    failed or refused job (one line, never a traceback); "idle" for None."""
+    """The status line of a job: a progress bar with "[status]" and its message (while it runs, then
+    its countdown's elapsed and left time, read now), or its error for a failed or refused job (one
+    line, never a traceback); "idle" for None."""
     if job is None:
         return render.progress_html(0.0, "idle")
     text = {"failed": job.error, "refused": job.error, "waiting": job.message or "waiting"}.get(job.status, job.message)
+    countdown = job.countdown
+    if job.status == "running" and countdown is not None:
+        text = f"{text} · {countdown.line()}" if text else countdown.line()
     return render.progress_html(job.progress, f"[{job.status}] {text}")
 
 
@@ -56,7 +60,7 @@ def poll(
 
     `draw(job)` returns the tab's `n_views` views of the job (ValueError if it returns another count).
     An unknown job (None id, or dropped from the registry) shows "idle" and stops the timer; a job
-    whose version is `seen` skips every view. The version, the timer and the status are read BEFORE
+    whose version is `seen` skips every view, and its status too unless it runs with a countdown. The version, the timer and the status are read BEFORE
     `draw`: read after, a job finishing mid-draw would switch the timer off under a page showing it
     still running, and nothing would poll again; read before, a change during the draw costs one
     more tick, which redraws.
@@ -64,8 +68,9 @@ def poll(
     job = jobs.get(job_id)
     if job is None:
         return (job_status_html(None), *[gr.skip()] * n_views, gr.Timer(active=False), seen)
-    if job.version == seen:
-        return (gr.skip(), *[gr.skip()] * n_views, timer_for(job), seen)
+    if job.version == seen:  # a counting job's status still moves: its clock runs between updates
+        status = job_status_html(job) if job.countdown is not None and not job.finished else gr.skip()
+        return (status, *[gr.skip()] * n_views, timer_for(job), seen)
     version, timer, status = job.version, timer_for(job), job_status_html(job)
     views = tuple(draw(job))
     if len(views) != n_views:
@@ -74,7 +79,8 @@ def poll(
 
 
 def stop(jobs: JobRegistry, job_id: str | None) -> str:
-    """Ask the job to stop after its current step; returns its status html (idle for an unknown id)."""
+    """Ask the job to stop at its next lock-step (`JobRegistry.stop`); returns its status html (idle for
+    an unknown id)."""
     jobs.stop(job_id)
     return job_status_html(jobs.get(job_id))
 

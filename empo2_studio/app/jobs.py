@@ -4,8 +4,11 @@ The browser never runs a rollout or a training step inside a request: a handler 
 here and returns at once, and a `gr.Timer` polls the job's progress and live data. Jobs that touch
 the model (episodes, training, distillation, adaptation) take the registry's `model_lock`, so two
 browser tabs can never interleave steps on one KV cache or one optimizer. A job is stopped
-cooperatively: `stop()` sets its event and the job's function checks it between steps, so Stop
-takes effect after the current step and leaves the session consistent.
+cooperatively: `stop()` sets its event, and the job's function runs inside `stopping.stop_scope` of
+that event, so the inner loops (every lock-step of a rollout or an evaluation, every micro-batch of an
+update) raise `StopRequested` at their next boundary: Stop lands within one lock-step, and the step it
+cuts is dropped whole, so the session keeps only finished steps. A job body that must say what it
+kept catches `StopRequested` itself; one that does not ends "stopped" here.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
+
+from empo2_studio.stopping import StopRequested, stop_scope
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +56,9 @@ class Job:
     """Live, job-specific state (streamed steps, reports) the UI renders; written under `lock`."""
     version: int = 0
     """Bumped on every update so pollers can skip re-rendering when nothing changed."""
+    countdown: Any = None
+    """While it runs: the job's `lesson.timing.Countdown` (elapsed and time left, read at every poll,
+    so the status line moves while a long step runs); None for a job with nothing to count."""
     started_at: float = field(default_factory=time.time)
     finished_at: float | None = None
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -152,7 +160,11 @@ class JobRegistry:
             with job.lock:
                 job.status = "running"
                 job.version += 1
-            result = fn(job)
+            with stop_scope(job.stop_event):
+                result = fn(job)
+        except StopRequested:  # a body that keeps nothing of its own: what it ran is in its last message
+            head = job.message.removesuffix(" — stopping")
+            self._finish(job, "stopped", message=f"{head} — stopped; the step in progress was dropped" if head else "stopped")
         except Refused as exc:
             log.info("job %s refused: %s", job.job_id, exc)
             self._finish(job, "refused", error=readable_error(exc))
@@ -176,7 +188,7 @@ class JobRegistry:
                 job.message = message
             elif status in ("failed", "refused"):
                 job.message = error or status
-            elif status == "stopped":
+            elif status == "stopped" and not job.message.startswith("stopped"):  # a body's own closing line says it
                 job.message = job.message + " — stopped" if job.message else "stopped"
             if progress is not None and status == "done":
                 job.progress = progress
@@ -203,12 +215,13 @@ class JobRegistry:
         ]  # fmt: skip
 
     def stop(self, job_id: str | None) -> bool:
-        """Ask a job to stop after its current step; False if there is no such unfinished job."""
+        """Ask a job to stop at its next lock-step or micro-batch (module docstring); False if there is
+        no such unfinished job."""
         job = self.get(job_id)
         if job is None or job.finished:
             return False
         job.stop_event.set()
-        job.update(message=(job.message + " — stopping after this step") if job.message else "stopping")
+        job.update(message=(job.message + " — stopping") if job.message else "stopping")
         return True
 
     def wait(self, job_id: str, timeout: float = 60.0) -> Job:

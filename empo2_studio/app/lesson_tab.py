@@ -29,9 +29,10 @@ from empo2_studio.app.job_panel import JobPanel
 from empo2_studio.app.jobs import Job
 from empo2_studio.config import EnvConfig, RunConfig
 from empo2_studio.lesson import (
-    PLAY_STAGES, STAGE_TITLES, STAGES, TRAP_TASKS, Lesson, LessonSettings, StageResult, curated_tip, lesson_seconds,
-    minutes_text, rates_from_metrics, rates_note, results_from_metrics,
+    PLAY_STAGES, STAGE_TITLES, STAGES, TRAP_TASKS, Lesson, LessonSettings, StageResult, curated_tip, lesson_countdown,
+    lesson_seconds, minutes_text, rates_from_metrics, rates_note, results_from_metrics,
 )  # fmt: skip
+from empo2_studio.lesson.timing import UNIT_NAMES
 
 if TYPE_CHECKING:
     from empo2_studio.app.studio import Studio
@@ -189,6 +190,10 @@ def run_lesson_job(
     job.update(message="preparing the trainer")
     t0 = time.perf_counter()
     lesson = Lesson(studio.trainer(run_id), settings, rates=measured_rates(studio))
+    timed = [st for st in STAGES if st in UNIT_NAMES and stage in ("all", st)]  # the stages that take time
+    if timed:  # the same figures as the tab's expected time (`time_hint`), counted down as units end
+        lesson.countdown = job.countdown = lesson_countdown(len(settings.variations), settings.episodes,
+                                                            settings.distill_steps, lesson.rates, timed)  # fmt: skip
     results: list[StageResult] = []
 
     def show(result: StageResult) -> None:
@@ -215,6 +220,13 @@ def run_lesson_job(
     last = results[-1] if results else None
     summary = " · ".join(_stage_summary(r) for r in results) or "nothing played"
     took = minutes_text(time.perf_counter() - t0)
+    if job.stop_requested:  # what ran and what the session kept: rows of finished groups and steps, checkpoints
+        cut = f"stopped during {STAGE_TITLES[last.stage]}" if last is not None and last.stopped else "stopped"
+        kept = f"{run_id} keeps the finished groups and steps" if results else "nothing saved"
+        ckpt = next((r.checkpoint for r in results if r.checkpoint), "")
+        ckpt = f" and the checkpoint {ckpt.rsplit('/', 1)[-1]}" if ckpt else ""
+        job.update(message=f"{cut} after {took}: {summary} · {kept}{ckpt}")
+        return [r.to_dict() for r in results]
     job.update(progress=1.0 if last is not None else job.progress, message=f"{run_id}: {summary} · {took} in all")
     return [r.to_dict() for r in results]
 
@@ -301,7 +313,8 @@ def time_hint(rates: dict[str, float]) -> str:
     seconds = lesson_seconds(len(d.variations), d.episodes, d.distill_steps, rates)
     return (f"**Expected time** of the default lesson ({len(d.variations)} variations, {d.episodes} episodes each, "
             f"{d.distill_steps} distill steps): {minutes_text(seconds)}, from {rates_note(rates)}. "
-            "Each stage shows its elapsed and expected time while it runs.")  # fmt: skip
+            "While it runs, the status line shows the elapsed time and counts the time left down from these "
+            "figures, then from each step as it is measured.")  # fmt: skip
 
 
 @user_errors

@@ -3,9 +3,12 @@
 Arm "EMPO²" trains with the open session's config, arm "GRPO" with the same config minus memory
 rollouts and the novelty bonus. Each arm gets its own session (`<session>-race-empo2` / `-race-grpo`,
 listed in the Sessions tab for comparison) and optimizer; both share the one loaded model, whose LoRA
-weights are swapped between iterations. Stop acts after the current iteration (both arms always
-have played the same number); each arm's checkpoint is saved at the end. Each arm's row appears as
-soon as that arm finishes an iteration, with the elapsed and expected time of the race.
+weights are swapped between iterations. The job is `race_job.run_race_job`: Stop ends it within one
+lock-step in any phase (each arm keeps the checkpoint of its last finished iteration, so the arms may
+end one apart); each arm's row appears as soon as that arm finishes an iteration, each test layout of
+an evaluation as it ends, and the status line counts the race down from the step times measured here.
+Two presets fill the form: the class race (the defaults, sized for a lesson period) and the benchmark
+race.
 
 What it races by default: the benchmark race's setting (`RACE_ENV`, docs/benchmarks/learning.md), the
 trap's fixed family, where every layout hides the target in the same room and what varies is which
@@ -30,13 +33,10 @@ from empo2_studio.app import charts
 from empo2_studio.app import job_panel as jp
 from empo2_studio.app.handlers import user_errors, whole_number
 from empo2_studio.app.job_panel import JobPanel
-from empo2_studio.app.jobs import Job
-from empo2_studio.app.lesson_tab import measured_rates
+from empo2_studio.app.race_job import expected_text, race_countdown, run_race_job
 from empo2_studio.config import EMBEDDED_MODEL, EnvConfig
-from empo2_studio.lesson import Eta, minutes_text
-from empo2_studio.lesson.timing import rate
 from empo2_studio.envs.trap import TrapEnv
-from empo2_studio.race import ARM_LABELS, ARMS, Race, arm_rows_summary, lora_state, race_verdict
+from empo2_studio.race import ARM_LABELS, arm_rows_summary
 
 if TYPE_CHECKING:
     from empo2_studio.app.studio import Studio
@@ -55,8 +55,15 @@ RACE_ALGO = {"skip_flat_groups": True}
 equal. The benchmark race with them: 0.64 against GRPO's 0.00 (3 seeds); the paper's config: 0.00 against
 0.00, an all-winning group told apart only by the novelty bonus undoing what a seed had learned
 (docs/departures.md, "Skipping flat groups"). A session racing itself keeps its own."""
-RACE_FORM = {"iterations": 60, "group_size": 8, "eval_every": 10, "seeds": 1}
-"""The form's defaults: the benchmark race for one seed (about 45 min on a 2-core CPU)."""
+PRESETS: dict[str, dict[str, int]] = {
+    "class": {"iterations": 10, "group_size": 8, "eval_every": 10, "seeds": 1, "eval_repeats": 1},
+    "benchmark": {"iterations": 60, "group_size": 8, "eval_every": 10, "seeds": 1, "eval_repeats": 4},
+}
+"""The form's two settings, one click each. "class": sized to decide the race within a lesson period
+on a 2-core CPU (docs/notebook/2026-12-06-class-race.md: what it keeps of the benchmark's verdict);
+"benchmark": the benchmark race of docs/benchmarks/learning.md for one seed."""
+RACE_FORM = PRESETS["class"]
+"""The form's defaults: the class race."""
 MAX_SEEDS = 10
 TARGETS = ("auto", "open", "trap")
 """What the race plays: "open" the open session's config, "trap" a copy of it on `RACE_ENV`, "auto"
@@ -116,15 +123,29 @@ def race_note(studio: Studio, run_id: str) -> str:
 
 
 def race_config(studio: Studio, run_id: str, iterations: Any, group_size: Any, step_limit: Any,
-                target: str | None = "auto") -> Any:  # fmt: skip
-    """The EMPO² arm's config: the target's (`race_target`), with the form's group size, step limit and
-    iterations (a blank step limit keeps the target's). ValueError names a bad value."""
+                target: str | None = "auto", eval_repeats: Any = None) -> Any:  # fmt: skip
+    """The EMPO² arm's config: the target's (`race_target`), with the form's group size, step limit,
+    iterations and test episodes per layout (a blank step limit or `eval_repeats` keeps the target's).
+    ValueError names a bad value."""
     cfg = race_target(studio, run_id, target)[1]
     limit = cfg.env.step_limit if step_limit in (None, "") else whole_number(step_limit, "step limit", 1)
+    repeats = cfg.train.eval_repeats if eval_repeats in (None, "") else whole_number(eval_repeats, "test episodes per layout", 1)
     return cfg.with_overrides(
         rollout={"group_size": whole_number(group_size, "group size", 2)}, env={"step_limit": limit},
-        train={"iterations": whole_number(iterations, "iterations", 1)},
+        train={"iterations": whole_number(iterations, "iterations", 1), "eval_repeats": repeats},
     ).validate()  # fmt: skip
+
+
+def race_expected(studio: Studio, run_id: str, iterations: Any, group_size: Any, step_limit: Any,
+                  target: str | None = "auto", eval_every: Any = 0, seeds: Any = 1, eval_repeats: Any = None) -> str:  # fmt: skip
+    """The "expected time" line for the form's values (`race_job.race_countdown`, the same figures
+    the job starts from), or what is wrong with a value."""
+    try:
+        cfg = race_config(studio, run_id, iterations, group_size, step_limit, target, eval_repeats)
+        every, n_seeds = whole_number(eval_every, "evaluate every", 0), whole_number(seeds, "seeds", 1)
+    except ValueError as exc:
+        return f"**Expected time**: — ({exc})"
+    return expected_text(race_countdown(studio, cfg, cfg.train.iterations, every, n_seeds))
 
 
 def race_defaults(studio: Studio, run_id: str) -> tuple[int, int, Any]:
@@ -136,12 +157,14 @@ def race_defaults(studio: Studio, run_id: str) -> tuple[int, int, Any]:
 
 @user_errors
 def start_race(studio: Studio, run_id: str, iterations: Any, group_size: Any, step_limit: Any,
-               target: str | None = "auto", eval_every: Any = 0, seeds: Any = 1) -> tuple[Any, ...]:  # fmt: skip
+               target: str | None = "auto", eval_every: Any = 0, seeds: Any = 1,
+               eval_repeats: Any = None) -> tuple[Any, ...]:  # fmt: skip
     """Start the race of `target` (`TARGETS`) as a job: `seeds` races (1 … `MAX_SEEDS`), a
-    memory-free evaluation every `eval_every` iterations (0 = none). Returns `job_panel.started(job)`."""
+    memory-free evaluation every `eval_every` iterations (0 = none) of `eval_repeats` episodes per test
+    layout (None: the target's). Returns `job_panel.started(job)`."""
     if studio.jobs.running(JOB_KIND):
         raise ValueError("a race is already running; stop it first")
-    cfg = race_config(studio, run_id, iterations, group_size, step_limit, target)
+    cfg = race_config(studio, run_id, iterations, group_size, step_limit, target, eval_repeats)
     every = whole_number(eval_every, "evaluate every", 0)
     n_seeds = whole_number(seeds, "seeds", 1)
     if n_seeds > MAX_SEEDS:
@@ -154,105 +177,6 @@ def start_race(studio: Studio, run_id: str, iterations: Any, group_size: Any, st
         label=f"race EMPO² vs GRPO on {base} ({cfg.env.task})", run_id=run_id,
     )  # fmt: skip
     return jp.started(job)
-
-
-def run_race_job(studio: Studio, job: Job, *, run_id: str, cfg: Any, iterations: int, eval_every: int = 0,
-                 seeds: int = 1) -> dict[str, Any]:  # fmt: skip
-    """Job body: for each of `seeds` seeds (cfg.seed, cfg.seed + 1, …) both arms from the untrained
-    adapter, `iterations` interleaved iterations, evaluated every `eval_every` (`Race.run`).
-    `job.data`: "rows" = arm → metrics rows so far with their "seed" (updated as soon as an arm finishes
-    an iteration), "evals" = arm → evaluation rows with their "seed", "sessions" = arm → run ids, and
-    at the end "verdict" (`race_verdict`, "" without evaluations). Returns {"rows", "evals", "verdict"}.
-    Nothing of a race outlives the job but its rows (trainers, optimizers and tip stores are released
-    after each seed)."""
-    job.update(message="preparing the model")
-    policy = studio.fresh_policy()
-    initial = lora_state(policy)
-    rows: dict[str, list[dict]] = {arm: [] for arm in ARMS}
-    evals: dict[str, list[dict]] = {arm: [] for arm in ARMS}
-    sessions: dict[str, list[str]] = {arm: [] for arm in ARMS}
-    per_iteration = cfg.rollout.group_size * cfg.rollout.variations_per_iteration
-    eta: Eta | None = None
-    try:
-        for k in range(seeds):
-            if job.stop_event.is_set():
-                break
-            seed = cfg.seed + k
-            race = Race.create(studio.root, replace(cfg, seed=seed), policy=policy, embedder=studio.embedder(),
-                               run_id=run_id, initial_state=initial)  # fmt: skip
-            try:
-                for arm, t in race.trainers.items():
-                    sessions[arm].append(t.session.run_id)
-                if eta is None:  # in episodes: an evaluation plays every test layout × repeats
-                    n_eval = eval_episodes(race, cfg)
-                    evals_per_seed = 0 if not eval_every else 1 + len(ARMS) * (-(-iterations // eval_every))
-                    units = seeds * (len(ARMS) * iterations * per_iteration + evals_per_seed * n_eval)
-                    per_episode = iteration_prior(studio, cfg)
-                    eta = Eta(units, (per_episode[0] / per_iteration, per_episode[1]))
-                job.update(sessions={a: list(v) for a, v in sessions.items()}, rows=_copy(rows), evals=_copy(evals),
-                           message=f"seed {seed}: iteration 1 of {iterations} · sessions " + ", ".join(
-                               t.session.run_id for t in race.trainers.values()))  # fmt: skip
-                _run_one_seed(job, race, eta, seed=seed, seeds=(cfg.seed, seeds), iterations=iterations,
-                              eval_every=eval_every, rows=rows, evals=evals, n_eval=n_eval, per_iteration=per_iteration)  # fmt: skip
-            finally:
-                race.close()
-                del race
-        verdict = race_verdict({a: e for a, e in evals.items() if e})
-        job.update(verdict=verdict, rows=_copy(rows), evals=_copy(evals),
-                   message=(verdict + " · " if verdict else "") + f"finished in {minutes_text(eta.elapsed if eta else 0.0)}"
-                   " · checkpoints saved in " + ", ".join(r for v in sessions.values() for r in v))  # fmt: skip
-        return {"rows": _copy(rows), "evals": _copy(evals), "verdict": verdict}
-    finally:
-        studio.fresh_policy()  # leave the shared model as the studio expects it ("fresh")
-
-
-def _copy(by_arm: dict[str, list[dict]]) -> dict[str, list[dict]]:
-    return {a: [dict(r) for r in v] for a, v in by_arm.items()}
-
-
-def _run_one_seed(job: Job, race: Race, eta: Eta, *, seed: int, seeds: tuple[int, int], iterations: int,
-                  eval_every: int, rows: dict[str, list[dict]], evals: dict[str, list[dict]], n_eval: int,
-                  per_iteration: int) -> None:  # fmt: skip
-    """One seed's race, reporting every arm iteration and evaluation into `job` as it ends."""
-    first, count = seeds
-    where = f"seed {seed} ({seed - first + 1} of {count})" if count > 1 else f"seed {seed}"
-
-    def on_phase(arm: str, line: str) -> None:
-        job.update(message=f"{where} · iteration {race.iteration + 1} of {iterations} · {ARM_LABELS.get(arm, arm)} · "
-                           f"{line} · {eta.line()}")  # fmt: skip
-
-    def on_arm(arm: str, report: Any) -> None:
-        eta.finished(per_iteration)
-        m = report.metrics
-        rows[arm].append({"seed": seed, **race.rows[arm][-1]})
-        job.update(progress=eta.done / eta.units, rows=_copy(rows),
-                   message=f"{where} · {ARM_LABELS.get(arm, arm)} finished iteration {report.iteration} of {iterations}: "
-                           f"success {m.get('rollout/success_rate', 0):.0%}, score {m.get('rollout/score_mean', 0):.1f}"
-                           f" · {eta.line()}")  # fmt: skip
-
-    def on_eval(arm: str, row: dict[str, float]) -> None:
-        if row["iteration"] > 0 or arm == next(iter(race.trainers)):  # the shared start is played once
-            eta.finished(n_eval)
-        evals[arm].append({"seed": seed, **row})
-        job.update(progress=eta.done / eta.units, evals=_copy(evals),
-                   message=f"{where} · {ARM_LABELS.get(arm, arm)} without memory at iteration {int(row['iteration'])}: "
-                           f"test success {row['eval/success_rate']:.0%} · {eta.line()}")  # fmt: skip
-
-    race.run(iterations, stop=job.stop_event, on_phase=on_phase, on_arm=on_arm, eval_every=eval_every, on_eval=on_eval)
-
-
-def eval_episodes(race: Race, cfg: Any) -> int:
-    """Episodes one memory-free evaluation plays: test layouts (capped by `train.eval_variations`) × repeats."""
-    env = next(iter(race.trainers.values())).pool.take(1)[0]
-    return min(cfg.train.eval_variations, len(env.variations(cfg.env.task, "test"))) * cfg.train.eval_repeats
-
-
-def iteration_prior(studio: Studio, cfg: Any) -> tuple[float, str]:
-    """Expected seconds of one arm's iteration before one is measured: the lesson's seconds per
-    episode (measured, or the labelled rough estimate) × episodes per iteration."""
-    per_episode, measured = rate(measured_rates(studio), "episode")
-    episodes = cfg.rollout.group_size * cfg.rollout.variations_per_iteration
-    return per_episode * episodes, ("from the lesson's episode time" if measured else "rough estimate")
 
 
 def race_view(data: dict[str, Any]) -> tuple[Any, Any, Any]:
@@ -274,11 +198,13 @@ INTRO = (
     "iterations: **EMPO²** with the raced config, **GRPO** the same without memory rollouts "
     "(p = 0) and without the novelty bonus; GRPO never reads tips, so it writes none. The claim to check "
     "is the paper's: after training, EMPO²'s policy *without memory* solves more unseen layouts than GRPO's. "
-    "*Evaluate every* plays every test layout without tips (4 times each, T = 0.4) before the first "
-    "iteration, every so many iterations and after the last: the right-hand panel, with the lowest–highest "
-    "band once several seeds have run. Each arm has its own session (`<session>-race-empo2`, `-race-grpo`, "
-    "`-race2-…` for the next seed: compare them in the Sessions tab). The defaults are the benchmark race for "
-    "one seed, about 45 min on a 2-core CPU; Stop acts after the current iteration."
+    "*Evaluate every* plays every test layout without tips (*test episodes per layout* times each, T = 0.4) "
+    "before the first iteration, every so many iterations and after the last: the right-hand panel, with the "
+    "lowest–highest band once several seeds have run. Each arm has its own session (`<session>-race-empo2`, "
+    "`-race-grpo`, `-race2-…` for the next seed: compare them in the Sessions tab). **Class race** (the "
+    "defaults) is sized for a lesson period; **Benchmark race** is the benchmark's 60 iterations for one seed. "
+    "■ Stop ends the race within one lock-step, keeping every finished row and each arm's last finished "
+    "iteration."
 )
 
 
@@ -305,18 +231,37 @@ def build_race_tab(studio: Studio, run_id: gr.State) -> dict[str, Any]:
         limit = gr.Number(limit0, label="Step limit (blank = the task's)", precision=0, elem_id="rc-step-limit")
         every = gr.Number(RACE_FORM["eval_every"], label="Evaluate every (iterations; 0 = never)", precision=0,
                           elem_id="rc-eval-every")  # fmt: skip
+        repeats = gr.Number(RACE_FORM["eval_repeats"], label="Test episodes per layout", precision=0,
+                            elem_id="rc-eval-repeats")  # fmt: skip
         seeds = gr.Number(RACE_FORM["seeds"], label=f"Seeds (1–{MAX_SEEDS})", precision=0, elem_id="rc-seeds")
+    form = [run_id, iterations, group, limit, target, every, seeds, repeats]
+    with gr.Row():
+        class_preset = gr.Button("Class race", size="sm", elem_id="rc-preset-class")
+        bench_preset = gr.Button("Benchmark race", size="sm", elem_id="rc-preset-benchmark")
+    expected = gr.Markdown(race_expected(studio, rid0, iterations0, group0, limit0, choices0[0][1],
+                                         RACE_FORM["eval_every"], RACE_FORM["seeds"], RACE_FORM["eval_repeats"]),
+                           elem_id="rc-expected")  # fmt: skip
     with gr.Row():
         start = gr.Button("▶ Start the race", variant="primary", elem_id="rc-start")
-        stop = gr.Button("■ Stop after this iteration", elem_id="rc-stop")
+        stop = gr.Button("■ Stop", elem_id="rc-stop")
     panel = JobPanel.create("rc")
     verdict = gr.Markdown("", elem_id="rc-verdict")
     chart = gr.Plot(value=charts.race_figure({}, evals={}), show_label=False, elem_id="rc-chart")
     table = gr.Dataframe(headers=TABLE_HEADERS, value=[], interactive=False, label="Per iteration",
                          elem_id="rc-table", max_height=480)  # fmt: skip
-    panel.on_start(start.click, partial(start_race, studio), [run_id, iterations, group, limit, target, every, seeds])
+    panel.on_start(start.click, partial(start_race, studio), form)
     panel.on_poll(partial(poll_race, studio), [chart, table, verdict])
     panel.on_stop(stop, studio.jobs)
+    for box in (iterations, group, limit, target, every, seeds, repeats):
+        box.change(partial(race_expected, studio), form, expected, show_progress="hidden")
+
+    def preset(name: str) -> list[Any]:
+        """A preset's values into the form (the expected time follows through the change events)."""
+        p = PRESETS[name]
+        return [p["iterations"], p["group_size"], p["eval_every"], p["seeds"], p["eval_repeats"]]
+
+    for button, name in ((class_preset, "class"), (bench_preset, "benchmark")):
+        button.click(partial(preset, name), [], [iterations, group, every, seeds, repeats])
 
     def pick(rid: str, picked: str) -> dict[Any, Any]:
         """Another target picked: its group size and step limit."""

@@ -154,7 +154,7 @@ def build_train_tab(studio: Studio, run_id: gr.State) -> dict[str, Any]:
     form = _form()
     with gr.Row():
         start = gr.Button("▶ Start training", variant="primary", elem_id="tr-start")
-        stop = gr.Button("■ Stop after this iteration", elem_id="tr-stop")
+        stop = gr.Button("■ Stop", elem_id="tr-stop")
     panel = JobPanel.create("tr")
     with gr.Row():
         plots = [gr.Plot(show_label=False, elem_id=e) for e in ("tr-score", "tr-loss", "tr-clip")]

@@ -2,7 +2,10 @@
 
 Each function takes the `Studio` and the running `Job`, drives the env / policy / memory / trainer
 APIs, and streams what the UI shows into `job.data`. They run with the model lock held (see
-`jobs.JobRegistry.start`). Stop requests are checked between steps / iterations / trials.
+`jobs.JobRegistry.start`). A Stop cuts the lock-step or micro-batch in progress (`stopping`); each body
+keeps what finished before it and says so. Each sets `job.countdown` (`lesson.timing.Countdown`) over
+its units, counted down from the unit times measured here: this session's earlier iterations for
+training, else the first unit of the job itself.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from empo2_studio.app.jobs import Job
+from empo2_studio.lesson.timing import Countdown
+from empo2_studio.stopping import StopRequested
 from empo2_studio.types import Split
 
 if TYPE_CHECKING:
@@ -36,8 +41,8 @@ def side_by_side(
     `job.data`: "naive"/"memory" → list[Step] as they happen; "played" → (naive, memory) once both
     episodes have ended (before their tips are written); "episodes" → the saved (naive, memory) at the end.
     The pair is saved with a shared `group_id` ("side-…") so the Episodes tab can reopen it.
-    Stop: the two episodes play to their end (the rollout has no mid-episode exit), then the tip
-    writing is skipped; the episodes are still saved.
+    Stop: while the episodes play, the pair is cut within one lock-step and nothing of it is saved; once
+    both have ended, the tip writing is skipped and the episodes are still saved.
     """
     from empo2_studio.policy.note_writer import load_note_writer
     from empo2_studio.rollout import play_side_by_side, write_group_tips
@@ -49,17 +54,24 @@ def side_by_side(
     envs = studio.episode_envs(run_id, env_name)
     limit = envs[0].step_limit(task)
     studio.seed(seed)
+    job.countdown = Countdown({"lock-step": limit})  # a step limit: an upper bound, episodes may end sooner
 
     def on_step(side: str, step: Any) -> None:
+        if step.index + 1 > job.countdown.done["lock-step"]:  # the first side to reach a step times it
+            job.countdown.finished("lock-step")
         job.append(side, step)
         done = max(len(job.data.get("naive", ())), len(job.data.get("memory", ())))
         job.update(progress=done / limit, message=f"step {done} of at most {limit}")
 
     job.update(message="playing")
-    naive, memory = play_side_by_side(
-        envs, policy, store, task=task, variation=variation, split=split, seed=seed,
-        temperature=temperature, on_step=on_step, write_tips=False, keep_caches=True,
-    )  # fmt: skip
+    try:
+        naive, memory = play_side_by_side(
+            envs, policy, store, task=task, variation=variation, split=split, seed=seed,
+            temperature=temperature, on_step=on_step, write_tips=False, keep_caches=True,
+        )  # fmt: skip
+    except StopRequested:
+        job.update(message=f"stopped at step {job.countdown.done['lock-step']} of the episodes: nothing of the pair saved")
+        return None
     job.update(played=(naive, memory))  # both columns say "finished" while the tips are written
     # Reflection is a separate phase so the UI can say what the model is doing meanwhile, and so a
     # Stop pressed while the episodes play (they cannot be cut mid-run) skips it.
@@ -89,8 +101,13 @@ def train(studio: Studio, job: Job, *, run_id: str, iterations: int) -> list[Any
     job.update(message="preparing the trainer")
     trainer = studio.trainer(run_id)
     start = trainer.iteration
+    earlier = [float(r["time/iteration"]) for r in trainer.session.metrics()
+               if r.get("kind") == "train" and r.get("time/iteration")]  # fmt: skip
+    prior = {"iteration": (sum(earlier) / len(earlier), "this session's earlier iterations")} if earlier else None
+    job.countdown = Countdown({"iteration": iterations}, prior)
 
     def on_report(report: Any) -> None:
+        job.countdown.finished("iteration")
         job.append("reports", report)
         done = report.iteration - start
         job.update(progress=done / iterations,
@@ -101,13 +118,21 @@ def train(studio: Studio, job: Job, *, run_id: str, iterations: int) -> list[Any
     # what the current iteration is doing (it can take minutes on a CPU)
     trainer.on_phase = lambda line: job.update(
         message=f"iteration {trainer.iteration} ({trainer.iteration - start - 1}/{iterations}) · {line}")
+    cut = False
     try:
-        reports = trainer.train(iterations, stop=job.stop_event, on_report=on_report)
+        trainer.train(iterations, stop=job.stop_event, on_report=on_report)
+    except StopRequested:  # the iteration in progress is dropped (the trainer rolled it back)
+        cut = True
     finally:
         trainer.on_phase = None
+    reports = list(job.snapshot().get("reports", []))
+    if not reports:
+        job.update(message=f"stopped during iteration {start + 1}: no iteration finished; nothing saved")
+        return reports
     job.update(message=f"saving checkpoint after iteration {trainer.iteration}")
     path = trainer.save_checkpoint()
-    job.update(checkpoint=str(path), message=f"{len(reports)} iteration(s) done · checkpoint {path.name}")
+    head = f"stopped during iteration {trainer.iteration + 1}: " if cut or job.stop_requested else ""
+    job.update(checkpoint=str(path), message=f"{head}{len(reports)} iteration(s) done · checkpoint {path.name}")
     return reports
 
 
@@ -115,7 +140,17 @@ def distill(studio: Studio, job: Job, *, run_id: str, episode_ids: list[str]) ->
     """One off-policy distillation update on the chosen (memory) episodes, then a checkpoint."""
     job.update(message=f"distilling {len(episode_ids)} episode(s)")
     trainer = studio.trainer(run_id)
-    report = trainer.distill(episode_ids)
+    from empo2_studio.app.lesson_tab import measured_rates  # late: the lesson tab builds on the studio
+    from empo2_studio.lesson.timing import rate
+
+    per, measured = rate(measured_rates(studio), "distill_episode")
+    job.countdown = Countdown({"distill step": 1}, {"distill step": (
+        per * len(episode_ids), "the lesson's distill steps here" if measured else "rough estimate")})
+    try:
+        report = trainer.distill(episode_ids)
+    except StopRequested:
+        job.update(message="stopped during the distill step: the weights are unchanged; nothing saved")
+        return None
     job.append("reports", report)
     path = trainer.save_checkpoint()
     note = _no_signal_note(report.metrics, "their groups (pick episodes that scored differently from their group)")
@@ -145,17 +180,26 @@ def adapt(studio: Studio, job: Job, *, run_id: str, checkpoint: str | None, task
     iteration = studio.use_checkpoint(run_id, checkpoint)
     before = studio.adapter_checksum()
     job.update(checksum_before=before, message=f"trial 0 of {trials} (no-memory baseline)")
+    job.countdown = Countdown({"trial": trials + 1})
 
     def on_trial(row: dict) -> None:
+        job.countdown.finished("trial")
         job.append("trials", dict(row))
         done = len(job.data["trials"])
         job.update(progress=done / (trials + 1), message=f"trial {done - 1} of {trials} done")
 
     writer, context = load_note_writer(session.config, studio.policy())
-    result = evaluation.adapt(
-        studio.policy(), studio.env_pool(run_id), studio.store(run_id), session.config, session, task,
-        iteration=iteration, trials=trials, on_trial=on_trial, stop=job.stop_event, writer=writer, note_context=context,
-    )  # fmt: skip
+    try:
+        result = evaluation.adapt(
+            studio.policy(), studio.env_pool(run_id), studio.store(run_id), session.config, session, task,
+            iteration=iteration, trials=trials, on_trial=on_trial, stop=job.stop_event, writer=writer,
+            note_context=context,
+        )  # fmt: skip
+    except StopRequested:  # the trial in progress is dropped; the finished ones are in the session
+        done = len(job.snapshot().get("trials", []))
+        job.update(message=f"stopped during trial {done}: {done} trial(s) finished and saved in {run_id}"
+                           if done else "stopped during trial 0: no trial finished; nothing saved")  # fmt: skip
+        return list(job.snapshot().get("trials", []))
     after = studio.adapter_checksum()
     verdict = "weights untouched" if after == before else "WEIGHTS CHANGED"
     job.update(checksum_after=after, message=f"{verdict} · adapter checksum {after[:12]}")

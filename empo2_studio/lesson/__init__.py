@@ -16,10 +16,12 @@ from empo2_studio.lesson.results import (
     metrics_row, results_from_metrics, split_of, variation_row,
 )  # fmt: skip
 from empo2_studio.lesson.stages import Lesson, OnPartial, Progress
-from empo2_studio.lesson.timing import Eta, lesson_seconds, minutes_text, rates_from_metrics, rates_note
+from empo2_studio.lesson.timing import (
+    Countdown, lesson_countdown, lesson_seconds, minutes_text, rates_from_metrics, rates_note,
+)  # fmt: skip
 
 __all__ = [
-    "PLAY_STAGES", "STAGES", "STAGE_TITLES", "TIP_SCORE", "TRAP_TASKS", "Eta", "Lesson", "LessonSettings",
-    "OnPartial", "Progress", "StageResult", "VariationRow", "curated_tip", "lesson_seconds", "metrics_row",
+    "PLAY_STAGES", "STAGES", "STAGE_TITLES", "TIP_SCORE", "TRAP_TASKS", "Countdown", "Lesson", "LessonSettings",
+    "OnPartial", "Progress", "StageResult", "VariationRow", "curated_tip", "lesson_countdown", "lesson_seconds", "metrics_row",
     "minutes_text", "rates_from_metrics", "rates_note", "results_from_metrics", "split_of", "variation_row",
 ]  # fmt: skip

@@ -156,7 +156,8 @@ def metrics_row(result: StageResult, settings: LessonSettings, *, iteration: int
     """The stage's `kind: lesson` metrics row: numbers, plus the stage and task names.
 
     Playing stages also record `time/episode` (stage seconds per episode) and the distill stage
-    `time/distill_step` (seconds per step): what `lesson.timing` expects the next lesson to take."""
+    `time/distill_step` (seconds per step), unless stopped: what `lesson.timing` expects the next
+    lesson to take."""
     row: dict[str, Any] = {
         "iteration": iteration, "kind": "lesson", "lesson/stage": result.stage,
         "lesson/task": settings.task, "lesson/variations": ",".join(map(str, settings.variations)),
@@ -165,7 +166,7 @@ def metrics_row(result: StageResult, settings: LessonSettings, *, iteration: int
     if result.stage in PLAY_STAGES:
         row.update({"lesson/episodes": float(result.episodes), "lesson/success_rate": result.success_rate,
                     "lesson/score_mean": result.mean_score, "lesson/temperature": temperature})  # fmt: skip
-        if result.episodes:
+        if result.episodes and not result.stopped:  # a stopped stage's time holds a cut group: no rate
             row["time/episode"] = result.seconds / result.episodes
         for r in result.rows:
             row.update({f"lesson/v{r.variation}/episodes": float(r.episodes),
@@ -177,7 +178,8 @@ def metrics_row(result: StageResult, settings: LessonSettings, *, iteration: int
         if result.steps:
             last = result.steps[-1]
             row.update({k: v for k, v in last.items() if k not in ("step", "seconds")})
-            row["time/distill_step"] = result.seconds / len(result.steps)
+            if not result.stopped:
+                row["time/distill_step"] = result.seconds / len(result.steps)
         for k, step in enumerate(result.steps, 1):  # every step, so a reloaded page shows them all
             row.update({f"lesson/step{k}/{key}": v for key, v in step.items() if key != "step"})
     elif result.stage == "tips":

@@ -12,8 +12,10 @@
 5. `Lesson.naive_again`  stage 1 again, with the distilled weights.
 
 `Lesson.run_all` runs them in order. Every stage takes a `stop` event (checked between variations and
-between distill steps: a stage ends early, the next ones do not start), a `progress(fraction,
-message)` callback (the message ends with the elapsed and expected time, `timing.Eta`) and an
+between distill steps: a stage ends early, the next ones do not start; inside a job's
+`stopping.stop_scope` a Stop also cuts the group or step in progress), a `progress(fraction, message)`
+callback (what runs now; the elapsed and expected time are `Lesson.countdown`'s, which each finished
+group or distill step feeds, for the caller to show at any moment) and an
 `on_partial(result)` callback that receives the stage's result so far (`running` True) each time a
 variation's group or a distill step ends, so a page shows rows as they are computed. A stage returns
 a `StageResult` (per-variation rows, episode ids, wall time). The playing stages use one seed per
@@ -37,8 +39,9 @@ from empo2_studio.lesson.results import (
     PLAY_STAGES, STAGE_TITLES, STAGES, TIP_SCORE, LessonSettings, StageResult, VariationRow, curated_tip,
     metrics_row, results_from_metrics, split_of, variation_row,
 )  # fmt: skip
-from empo2_studio.lesson.timing import Eta, rate, rates_from_metrics
+from empo2_studio.lesson.timing import UNIT_NAMES, Countdown, rates_from_metrics
 from empo2_studio.rollout import play_group, sampling_seed, seed_policy
+from empo2_studio.stopping import StopRequested
 from empo2_studio.types import RolloutMode
 
 Progress = Callable[[float, str], None]
@@ -66,6 +69,9 @@ class Lesson:
         self.trainer = trainer
         self.settings = settings
         self.rates = dict(rates) if rates is not None else rates_from_metrics(trainer.session.metrics())
+        self.countdown: Countdown | None = None
+        """Set by the caller (`timing.lesson_countdown` of the stages it runs): each finished group of
+        episodes and distill step is counted on it, as the unit of its stage (`timing.UNIT_NAMES`)."""
 
     @property
     def temperature(self) -> float:
@@ -186,27 +192,30 @@ class Lesson:
         if not ids:
             raise ValueError("nothing to distill yet: play the memory stage (3) first")
         n = self.settings.distill_steps
-        per_episode, measured = rate(self.rates, "distill_episode")
-        eta = Eta(n, (per_episode * len(ids), "the last lesson's step time" if measured else "rough estimate"))
         steps: list[dict[str, float]] = []
         stopped = False
         for k in range(n):
             if stop is not None and stop.is_set():
                 stopped = True
                 break
-            _report(progress, k / n, f"distill step {k + 1} of {n} on {len(ids)} memory episodes · {eta.line()}")
-            m = self.trainer.distill(ids).metrics
-            eta.finished()
+            _report(progress, k / n, f"distill step {k + 1} of {n} on {len(ids)} memory episodes")
+            t_step = time.perf_counter()
+            try:
+                m = self.trainer.distill(ids).metrics
+            except StopRequested:  # a job's Stop cut the step: the weights are those of the steps before
+                stopped = True
+                break
+            self._count("distill", 1)
             steps.append({
-                "step": float(k + 1), "seconds": eta.unit_seconds[-1],
+                "step": float(k + 1), "seconds": time.perf_counter() - t_step,
                 **{key: float(m[key]) for key in ("loss/policy", "grad/norm", "ratio/mean", "train/turns") if key in m},
                 "train/no_signal": float(m.get("train/no_signal", 0.0)),
             })  # fmt: skip
             if on_partial is not None:
-                on_partial(StageResult("distill", episode_ids=tuple(ids), seconds=eta.elapsed, steps=tuple(steps),
-                                       running=True))  # fmt: skip
+                on_partial(StageResult("distill", episode_ids=tuple(ids), seconds=time.perf_counter() - t0,
+                                       steps=tuple(steps), running=True))  # fmt: skip
         checkpoint = str(self.trainer.save_checkpoint()) if steps else ""
-        _report(progress, 1.0, f"{len(steps)} distill step(s) done · {eta.line()}")
+        _report(progress, 1.0, f"{len(steps)} distill step(s) done in {time.perf_counter() - t0:.0f} s")
         result = StageResult("distill", episode_ids=tuple(ids), seconds=time.perf_counter() - t0, stopped=stopped,
                              steps=tuple(steps), checkpoint=checkpoint)  # fmt: skip
         self._record(result)
@@ -274,15 +283,13 @@ class Lesson:
         ids: list[str] = []
         stopped = False
         n = len(s.variations)
-        per_episode, measured = rate(self.rates, "memory_episode" if mode == "memory" else "episode")
-        eta = Eta(n, (per_episode * s.episodes, "the last lesson's episode time" if measured else "rough estimate"))
         for i, v in enumerate(s.variations):
             if stop is not None and stop.is_set():
                 stopped = True
                 break
             limit = envs[0].step_limit(s.task)
             what = f"{s.episodes} {mode} episodes of variation {v}"
-            _report(progress, i / n, f"{what} ({i + 1}/{n}) · {eta.line()}")
+            _report(progress, i / n, f"{what} ({i + 1}/{n})")
 
             reached = [0]
 
@@ -290,27 +297,38 @@ class Lesson:
                 if step.index + 1 > reached[0]:  # the first episode to reach a lock-step reports it
                     reached[0] = step.index + 1
                     _report(progress, (i + min(reached[0], limit) / limit) / n,
-                            f"{what}: step {reached[0]} of ≤ {limit} · {eta.line()}")  # fmt: skip
+                            f"{what}: step {reached[0]} of ≤ {limit}")  # fmt: skip
 
             seed = self._seed(v)
             seed_policy(trainer.policy, seed)
-            episodes = play_group(
-                envs, trainer.policy, trainer.store, task=s.task, variation=v, split=split_of(s.task, v),  # type: ignore[arg-type]
-                rollout_mode=mode, update_mode=None, temperature=self.temperature, seed=seed,
-                on_step=on_step if progress is not None else None, group_id="",
-            )  # fmt: skip
+            try:
+                episodes = play_group(
+                    envs, trainer.policy, trainer.store, task=s.task, variation=v, split=split_of(s.task, v),  # type: ignore[arg-type]
+                    rollout_mode=mode, update_mode=None, temperature=self.temperature, seed=seed,
+                    on_step=on_step if progress is not None else None, group_id="",
+                )  # fmt: skip
+            except StopRequested:  # a job's Stop cut this group: the stage keeps the variations before it
+                stopped = True
+                break
             trainer.session.append_episodes(episodes)
-            eta.finished()
+            self._count(stage, s.episodes)
             rows.append(variation_row(v, episodes))
             ids += [e.episode_id for e in episodes]
             del episodes  # the session has them; nothing of the stage keeps them in memory
             if on_partial is not None:
-                on_partial(StageResult(stage, rows=tuple(rows), episode_ids=tuple(ids), seconds=eta.elapsed, running=True))
+                on_partial(StageResult(stage, rows=tuple(rows), episode_ids=tuple(ids), seconds=time.perf_counter() - t0,
+                                       running=True))  # fmt: skip
         result = StageResult(stage, rows=tuple(rows), episode_ids=tuple(ids), seconds=time.perf_counter() - t0,
                              stopped=stopped)  # fmt: skip
-        _report(progress, 1.0, f"success {result.success_rate:.0%} · mean score {result.mean_score:.1f} · {eta.line()}")
+        _report(progress, 1.0, f"success {result.success_rate:.0%} · mean score {result.mean_score:.1f} · "
+                               f"{result.seconds:.0f} s")  # fmt: skip
         self._record(result)
         return result
+
+    def _count(self, stage: str, units: int) -> None:
+        """`units` of `stage`'s kind ended now: counted on `countdown` when it plans that kind."""
+        if self.countdown is not None and UNIT_NAMES[stage] in self.countdown.plan:
+            self.countdown.finished(UNIT_NAMES[stage], units)
 
     def _seed(self, variation: int) -> int:
         """One seed per variation, shared by the playing stages (they differ only by tips / weights)."""

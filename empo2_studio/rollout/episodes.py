@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 from empo2_studio.envs import TextEnv
 from empo2_studio.policy import ActionRequest, Turn, prompts
 from empo2_studio.rollout.conversation import conversation, step_turn, user_turn
+from empo2_studio.stopping import StopRequested, stop_requested
 from empo2_studio.types import (
     Episode, Observation, PromptStyle, RetrievedTip, RolloutMode, SkippedTip, Split, Step, UpdateMode,
 )  # fmt: skip
@@ -124,6 +125,7 @@ def play_group(
 
     Raises:
         ValueError: no envs, or memory mode without a store.
+        StopRequested: the thread's stop event was set (`stopping.stop_scope`); checked every lock-step.
     """
     modes = [rollout_mode] * len(envs)
     return _play(
@@ -194,6 +196,8 @@ def write_group_tips(
 
     if not episodes:
         return []
+    if stop_requested():  # before any tip is stored: the group's caches go, nothing is half-written
+        _forget(policy, [e.episode_id for e in episodes])
     t0 = time.perf_counter()
     if (writer is not None and writer is not policy) or note_context != "episode":
         for e in episodes:  # the kept sampling caches are the actor's, of the episode's whole conversation
@@ -207,6 +211,13 @@ def write_group_tips(
     if timings is not None:
         timings.add("memory", t0)
     return out
+
+
+def _forget(policy: Policy, keys: Sequence[str]) -> None:
+    """Drop the sampling caches of an abandoned group, then raise `StopRequested`."""
+    for key in keys:
+        policy.forget(key)
+    raise StopRequested("stopped by request")
 
 
 def seed_policy(policy: Policy, seed: int) -> None:
@@ -259,6 +270,8 @@ def _play(
     timings = timings if timings is not None else Timings()
     live = _start(envs, modes, task, variation, timings, prefix=group_id or "ep")
     while running := [ep for ep in live if not ep.done]:
+        if stop_requested():  # a job's Stop lands within one lock-step; the unfinished group is dropped
+            _forget(policy, [ep.key for ep in live])
         _advance(running, policy, store, task, variation, temperature, embedder, novelty, on_step, timings)
         for ep in running:
             if ep.done and not keep_caches:
@@ -309,12 +322,8 @@ def _advance(
     timings: Timings,
 ) -> None:
     """One lock-step: prompt every running episode, sample once for all, execute, record."""
-    messages = [
-        prompts.first_user_message(ep.env.name, ep.obs, ep.fewshot)
-        if not ep.steps
-        else prompts.step_user_message(ep.obs, ep.env.name)
-        for ep in running
-    ]
+    messages = [prompts.first_user_message(ep.env.name, ep.obs, ep.fewshot) if not ep.steps
+                else prompts.step_user_message(ep.obs, ep.env.name) for ep in running]  # fmt: skip
     tips, skipped = _retrieve(store, running, messages, task, variation, timings)
     requests = [
         ActionRequest(key=ep.key, turns=(*ep.turns, user_turn(user, t, ep.prompt_style, ep.obs.valid_actions)))
