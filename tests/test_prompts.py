@@ -1,5 +1,7 @@
 """Prompt rendering: exact strings for the agent's chat (method.md §3)."""
 
+import pytest
+
 from empo2_studio.policy import prompts
 from empo2_studio.policy.prompts import (
     FINAL_INSTRUCTION,
@@ -27,7 +29,15 @@ def test_focus_items_extracts_objects_in_order_without_duplicates():
     assert focus_items("Your task is to boil water.") == ()
 
 
-def test_first_user_message_exact():
+@pytest.fixture
+def paper_scienceworld(monkeypatch):
+    """ScienceWorld in the paper's layout (its default is the compact one since 2026-12-06)."""
+    import empo2_studio.envs as envs
+
+    monkeypatch.setitem(envs.PROMPT_STYLES, "scienceworld", "paper")
+
+
+def test_first_user_message_exact(paper_scienceworld):
     msg = first_user_message("scienceworld", OBS, ("look around\nYou see a lamp.", "go to kitchen"))
     expected = (
         prompts.INTRO
@@ -45,18 +55,19 @@ def test_first_user_message_exact():
     assert msg == expected
 
 
-def test_first_user_message_without_fewshot_starts_with_task():
+def test_first_user_message_without_fewshot_starts_with_task(paper_scienceworld):
     assert first_user_message("scienceworld", OBS, ()).startswith("Your task: Your task is to turn on")
 
 
-def test_step_user_message_exact():
+def test_step_user_message_exact(paper_scienceworld):
     assert step_user_message(OBS) == step_user_message(OBS, "scienceworld") == (
         "Observation: You are in the hallway. You see a door to the kitchen.\n\n" + FINAL_INSTRUCTION
     )
 
 
 def test_compact_style_for_the_trap_exact():
-    assert prompts.prompt_style("trap") == "compact" and prompts.prompt_style("scienceworld") == "paper"
+    assert prompts.prompt_style("trap") == prompts.prompt_style("scienceworld") == "compact"
+    assert prompts.prompt_style("an-env-with-no-style") == "paper"
     # few-shot runs are not shown in the compact style
     assert first_user_message("trap", OBS, ("look around\nYou see a lamp.",)) == (
         "Task: Your task is to turn on the red light bulb. First, focus on the red light bulb. Then, turn it on. "

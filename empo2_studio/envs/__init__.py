@@ -27,10 +27,13 @@ ACTION_FORMATS: dict[str, tuple[str, ...]] = {
 """The action templates each environment accepts, for the prompt (method.md §3 "Action format").
 ScienceWorld's are its own simulator templates ("go to", "pour … in"), not the paper's shorthand."""
 
-PROMPT_STYLES: dict[str, PromptStyle] = {"trap": "compact", "scienceworld": "paper"}
+PROMPT_STYLES: dict[str, PromptStyle] = {"trap": "compact", "scienceworld": "compact"}
 """The prompt style each environment is played in (`policy.prompts`); an environment not listed gets
-"paper". The trap's compact prompt drops the few-shot runs and the action list (they were half of
-every turn's tokens on a CPU) and puts its notes right before the answer, where the 135M model reads them."""
+"paper". The compact prompt drops the few-shot runs and the action list (they were half of every turn's
+tokens on a CPU) and puts its notes right before the answer, where the 135M model reads them. ScienceWorld
+uses it too (departure, docs/departures.md): its first paper-style message is 781–881 tokens against
+150–380 compact, and the warm start that reads notes is trained in it
+(docs/notebook/2026-12-06-scienceworld-agent.md)."""
 
 
 class TextEnv(Protocol):
