@@ -3,9 +3,10 @@
 A studio job is stopped cooperatively, and its steps are long on a CPU (an evaluation plays 48
 episodes; one update re-scores a whole group), so checking the job's stop event only between steps
 made Stop wait minutes. Instead the job runs inside `stop_scope(event)`, and the inner loops call
-`raise_if_stopped()` at their cheap boundaries (each lock-step of `play_group`, each micro-batch of an
-update, before each tip is written): once the event is set it raises `StopRequested`, which unwinds
-the step. Every boundary comes before anything of the step is kept (the episodes are not yet in the
+`raise_if_stopped()` at their cheap boundaries (each lock-step of `play_group`, before a group's tips
+are written, before each micro-batch's forward and backward in an update's first pass): once the event
+is set it raises `StopRequested`, which unwinds the step. What is left uncut is one batched call: a
+lock-step's sampling, a group's note writing, one micro-batch's forward or backward. Every boundary comes before anything of the step is kept (the episodes are not yet in the
 session, the optimizer has not stepped), so a stopped step leaves no half-written result, and the
 caller keeps what earlier steps finished. Outside a scope (the CLI, tests, benchmarks) the check does
 nothing. The scope is a `contextvars.ContextVar`, so it is per thread: one job's Stop never touches

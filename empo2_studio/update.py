@@ -228,6 +228,8 @@ def _one_pass(
             sums.add(m, kept, mask, a.loss_agg, float(loss.detach()), float(kl.detach()))
             if sync is not None and start == starts[-1]:
                 sync.before_synced_backward(sums.count)
+            if stoppable:  # between the forward and the backward: each is seconds on a loaded CPU
+                raise_if_stopped()
             t0 = time.perf_counter()
             total.backward()
             t_back += time.perf_counter() - t0

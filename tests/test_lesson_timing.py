@@ -50,6 +50,10 @@ def test_a_countdown_of_several_kinds_counts_each_from_its_own_steps():
     clock.now += 10
     cd.finished("GRPO iteration")  # 10 s: 50 + 10
     assert cd.left() == 60.0 and cd.sources() == "EMPO² iteration 50.0 s, GRPO iteration 10.0 s, test episode 3.0 s"
+    cd.replan("test episode", 6)  # the env has more test layouts than planned: 2 more × 3 s
+    assert cd.left() == 66.0
+    with pytest.raises(ValueError, match="replan needs a planned kind and units ≥ 0, got 'eval', 1"):
+        cd.replan("eval", 1)
     with pytest.raises(ValueError, match="unknown unit kind 'eval'; valid"):
         cd.finished("eval")
     with pytest.raises(ValueError, match=r"unit counts must be whole numbers ≥ 0, got \{'step': -1\}"):

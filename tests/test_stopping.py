@@ -107,3 +107,28 @@ def test_a_stop_inside_an_iteration_keeps_each_arms_last_finished_one(tmp_path, 
                         "seed 0, iteration 2 of 3 · GRPO")  # fmt: skip
     assert line == ("stopped during seed 0, iteration 2 of 3 · GRPO after 80 s · seed 0: iterations EMPO² 2, "
                     "GRPO 1; 0 evaluation(s) · checkpoints saved: i-race-empo2 (iteration 2), i-race-grpo (iteration 1)")
+
+
+def test_a_stop_inside_an_update_changes_no_weight_and_no_counter(tmp_path, tiny_policy):
+    import torch
+
+    from empo2_studio.sessions import Session
+    from empo2_studio.trainer import Trainer
+
+    session = Session.create(tmp_path, race_cfg())
+    trainer = Trainer(session.config, session, policy=tiny_policy, embedder=make_embedder("hash"))
+    before, draws = lora_state(tiny_policy), trainer.rng.getstate()
+    event = threading.Event()
+    param = next(p for p in tiny_policy.trainable_parameters() if p.requires_grad)
+    hook = param.register_hook(lambda grad: event.set())  # the first micro-batch's backward asks to stop
+    try:
+        with stop_scope(event), pytest.raises(StopRequested):
+            trainer.step(forced_mode="on-policy")  # 3 episodes, micro-batches of 2: cut before the second
+    finally:
+        hook.remove()
+    after = lora_state(tiny_policy)
+    assert event.is_set() and all(torch.equal(before[k], after[k]) for k in before)  # the optimizer never stepped
+    assert trainer.iteration == 0 and trainer.rng.getstate() == draws and session.metrics() == []
+    trainer.step(forced_mode="on-policy")  # the next iteration is iteration 1, as if the cut one never began
+    assert [r["iteration"] for r in session.metrics()] == [1]
+    trainer.close()

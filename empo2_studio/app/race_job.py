@@ -117,6 +117,8 @@ def run_race_job(studio: Studio, job: Job, *, run_id: str, cfg: Any, iterations:
     within one lock-step (module docstring). Returns {"rows", "evals", "verdict", "saved", "stopped"}.
     Nothing of a race outlives the job but its rows and checkpoints (trainers, optimizers and tip
     stores are released after each seed)."""
+    # counted from the click: the model's preparation is part of the wait (its time is no unit's)
+    job.countdown = race_countdown(studio, cfg, iterations, eval_every, seeds)
     job.update(message="preparing the model")
     policy = studio.fresh_policy()
     initial = lora_state(policy)
@@ -137,9 +139,10 @@ def run_race_job(studio: Studio, job: Job, *, run_id: str, cfg: Any, iterations:
             try:
                 for arm, t in race.trainers.items():
                     sessions[arm].append(t.session.run_id)
-                n_eval = eval_episodes(race, cfg)
-                if job.countdown is None:
-                    job.countdown = race_countdown(studio, cfg, iterations, eval_every, seeds, n_eval)
+                n_eval = eval_episodes(race, cfg)  # the env's own count (a ScienceWorld target has its own)
+                planned = seeds * evaluations_per_seed(iterations, eval_every) * n_eval
+                if k == 0 and job.countdown.plan[EVAL_UNIT] != planned:
+                    job.countdown.replan(EVAL_UNIT, planned)
                 job.countdown.restart_unit()  # building the sessions is no step of the race
                 job.update(sessions={a: list(v) for a, v in sessions.items()}, message=f"seed {seed}: sessions "
                            + ", ".join(t.session.run_id for t in race.trainers.values()))  # fmt: skip
@@ -154,7 +157,7 @@ def run_race_job(studio: Studio, job: Job, *, run_id: str, cfg: Any, iterations:
             if stopped:
                 break
         verdict = race_verdict({a: e for a, e in evals.items() if e})
-        elapsed = job.countdown.elapsed if job.countdown is not None else 0.0
+        elapsed = job.countdown.elapsed
         stopped = stopped or job.stop_event.is_set()
         job.update(verdict=verdict, rows=_copy(rows), evals=_copy(evals), saved=list(saved),
                    message=closing_line(verdict, elapsed, rows, evals, saved, now["doing"] if stopped else None))  # fmt: skip

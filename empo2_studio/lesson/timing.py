@@ -173,6 +173,14 @@ class Countdown:
         self._mark = now
         self._at, self._left = now, self._estimate()
 
+    def replan(self, kind: str, units: int) -> None:
+        """`kind` has `units` in all after all (e.g. once the env says how many test layouts it has).
+        Raises ValueError for a kind not in the plan or a negative count."""
+        if kind not in self.plan or units < 0:
+            raise ValueError(f"replan needs a planned kind and units ≥ 0, got {kind!r}, {units!r}; kinds: {sorted(self.plan)}")
+        self.plan[kind] = int(units)
+        self._at, self._left = self.clock(), self._estimate()
+
     def restart_unit(self) -> None:
         """The next unit starts now (time since the last mark was spent on something else, e.g. saving)."""
         self._mark = self.clock()
