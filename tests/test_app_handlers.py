@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 
@@ -9,7 +10,7 @@ import gradio as gr
 import pytest
 
 from empo2_studio.app import adapt_tab as at, episodes_tab as et, figures, handlers as h, job_panel as jp, layout
-from empo2_studio.app import race_tab as rc, render, sessions_tab as st, tips_tab as th, train_tab as tt
+from empo2_studio.app import pair_memory as pm, race_tab as rc, render, sessions_tab as st, tips_tab as th, train_tab as tt
 from empo2_studio.app.jobs import JobRegistry, readable_error
 from empo2_studio.app.studio import Studio
 from empo2_studio.types import ActionSample, RetrievedTip, Step
@@ -254,9 +255,10 @@ def test_a_session_switch_refreshes_every_tab_by_component(studio):
     refresh, outputs = layout.page_refresh([layout.banner_refresh(studio, session_md), ep["refresh"], tr["refresh"],
                                             ad["refresh"], tips["refresh"], race["refresh"]])  # fmt: skip
     update = refresh(RUN)
-    # banner; episodes: env, task, split, variation, session line, note, 2 dropdowns; 10 form fields, 5 charts,
-    # distill ids; 2 adapt dropdowns; 7 tips; race: group, step limit, note, target
-    assert len(outputs) == 1 + 6 + 2 + 10 + 5 + 1 + 2 + 7 + 4 and set(update) == set(outputs)
+    # banner; episodes: env, task, split, variation, session line, note, tip box, store button, memory line,
+    # 2 dropdowns; 10 form fields, 5 charts, distill ids; 2 adapt dropdowns; 7 tips; race: group, step limit,
+    # note, target
+    assert len(outputs) == 1 + 9 + 2 + 10 + 5 + 1 + 2 + 7 + 4 and set(update) == set(outputs)
     form = dict(zip(tt.TRAIN_FIELDS, tr["form"]))
     assert (update[form[("rollout", "group_size")]], update[form[("train", "learning_rate")]],
             update[form[("train", "iterations")]], update[form[("rollout", "p_memory")]]) == (2, 0.01, 1, 0.25)  # fmt: skip
@@ -594,6 +596,64 @@ def test_the_session_line_names_the_variations_the_dropdown_offers(studio):
     assert et.variation_choices(studio, "trap", TASK, "train", rid) == list(range(24))
     assert et.session_line(studio, rid).endswith(
         "variations 0–23 of the train split (training uses 0–4) · step limit 3")
+
+
+def test_the_info_line_follows_the_chosen_task_and_variation(studio):
+    """Issue 50: the line kept naming the session's task after another task was picked."""
+    assert et.pick_line(studio, RUN, TASK, 1, "train") == (
+        "Plays session `studio`'s env **trap** · its task `trap-light-bulb` · training variations 0, 1 · "
+        "step limit 3 · **this pair**: `trap-light-bulb` variation 1 (train)")
+    assert et.pick_line(studio, RUN, "trap-find-animal", 5, "train") == (
+        "Plays session `studio`'s env **trap** · task `trap-find-animal` (the session trains on "
+        "`trap-light-bulb`) · step limit 3 · **this pair**: `trap-find-animal` variation 5 (train)")
+    assert et.pick_line(studio, RUN, TASK, 40, "test").endswith(
+        "its task `trap-light-bulb` · step limit 3 · **this pair**: `trap-light-bulb` variation 40 (test)")
+    from dataclasses import replace
+
+    cfg = studio.session(RUN).config
+    free = studio.create_session(replace(cfg.with_overrides(env={"step_limit": None}), run_id="studio-task-limit"))
+    # without a session step limit, the chosen task's own (TrapEnv: 12 for find-animal)
+    assert et.pick_line(studio, free.dir.name, "trap-find-animal", 0, "dev").endswith(
+        "step limit the task's (12) · **this pair**: `trap-find-animal` variation 0 (dev)")
+    assert et.pick_line(studio, RUN, None, None, "train") == et.session_line(studio, RUN)
+
+
+def test_the_episodes_tab_offers_the_lessons_tip_and_stores_it_only_when_asked(studio):
+    """Issue 50: the first pair of a session with no tip showed no difference; the tab offers the
+    Lesson's curated tip for the chosen variation, editable, and stores it only on the button."""
+    from dataclasses import replace
+
+    rid = studio.create_session(replace(studio.session(RUN).config, run_id="studio-offer")).dir.name
+    studio.policy(), studio.embedder()  # the memory line counts tips once the model is ready
+    store = studio.store(rid)
+    box, button, line = pm.offer_updates(studio, rid, TASK, 0)
+    assert box.visible and button.visible and box.value == (
+        "The green light bulb is in the kitchen: go to kitchen, then focus on green light bulb, then turn on "
+        "green light bulb.")
+    assert "**no tip**, so the memory episode retrieves nothing" in line and store.count(TASK, 0) == 0
+    assert pm.tip_offer(studio, rid, "trap-find-animal", 5) == (
+        "The turtle is in the bedroom: go to bedroom, then focus on turtle, then pick up turtle.")
+
+    status = pm.store_tip(studio, rid, TASK, 0, "  The bulb is in the kitchen: go to kitchen.  ")
+    (tip,) = store.list_tips(task=TASK, variation=0)
+    assert (tip.text, tip.score, tip.origin, tip.enabled) == ("The bulb is in the kitchen: go to kitchen.", 100.0, "manual", True)
+    assert status == (f"Stored tip {tip.tip_id[:8]}. **Memory** of `trap-light-bulb` variation 0: 1 enabled tip(s), "
+                      "1 curated (added by hand or imported); the memory episode retrieves them.")
+    store.set_enabled([tip.tip_id], False)
+    assert pm.store_tip(studio, rid, TASK, 0, tip.text).startswith("This tip was already stored (enabled).")
+    assert store.count(TASK, 0) == 1 and store.get(tip.tip_id).enabled
+    for args, message in [(("trap-nope", 0, "x"), "unknown trap task 'trap-nope'; valid: trap-light-bulb, "),
+                          ((TASK, 48, "x"), "trap-light-bulb has no variation 48; valid: 0…47"),
+                          ((TASK, 0.5, "x"), "variation must be a whole number ≥ 0, got 0.5"),
+                          ((TASK, 1, "   "), "the tip is empty")]:  # fmt: skip
+        with pytest.raises(gr.Error, match=re.escape(message)):
+            pm.store_tip(studio, rid, *args)
+    assert store.count() == 1  # nothing stored by a refusal or by the offer itself
+
+    sw = studio.env_session("scienceworld").dir.name  # no curated tips there: nothing offered
+    box, button, line = pm.offer_updates(studio, sw, "find-animal", 3)
+    assert (box.visible, button.visible, pm.tip_offer(studio, sw, "find-animal", 3)) == (False, False, None)
+    assert line.startswith("**Memory** of `find-animal` variation 3: **no tip**")
 
 
 def test_the_scienceworld_note_shows_only_for_the_embedded_model_on_scienceworld(studio, monkeypatch):

@@ -68,6 +68,9 @@ def test_lesson_chart_is_percent_with_stage_titles():
     bars = [{"stage": "naive", "title": "1 · naive", "success_rate": 0.0, "successes": 0, "episodes": 16, "mean_score": -40.0},
             {"stage": "memory", "title": "3 · with tips", "success_rate": 0.9375, "successes": 15, "episodes": 16, "mean_score": 90.0}]
     fig = charts.lesson_figure(bars).to_dict()
-    assert list(fig["data"][0]["y"]) == [0.0, 93.75] and fig["data"][0]["text"][1] == "15/16 won · score 90"
+    bar = fig["data"][0]
+    # each bar spans -4 … its rate: the 0 % bar is a stub 4 points tall, not a bar of height 0
+    assert bar["base"] == -4.0 and list(bar["y"]) == [4.0, 97.75] and list(bar["customdata"]) == [0.0, 93.75]
+    assert [bar["base"] + h for h in bar["y"]] == [0.0, 93.75] and bar["text"][1] == "15/16 won · score 90"
     assert fig["layout"]["yaxis"]["ticksuffix"] == "%" and fig["layout"]["yaxis"]["title"]["text"] == "success rate (%)"
     assert fig["data"][0]["marker"]["color"][0] != fig["data"][0]["marker"]["color"][1]

@@ -68,19 +68,30 @@ PERCENT_AXIS = {"range": [-5, 115], "ticksuffix": "%", "tick0": 0, "dtick": 25}
 """Every success-rate axis of the studio: percent, 0 … 100 with room for labels above the bars."""
 
 
+LESSON_BAR_BASE = -4.0
+"""Percentage points: every Lesson bar starts this far below the 0 % line, so a 0 % bar shows as a
+stub in its stage's colour (a bar from 0 to 0 is invisible, leaving only its label); each bar's top
+is still its success rate."""
+
+
 def lesson_figure(stages: Sequence[Mapping[str, object]]) -> go.Figure:
     """The Lesson's story in one chart: success rate (%) per playing stage (bars, in stage order).
 
     Each item: "stage" (naive / memory / naive_again), "title" (x label), "success_rate" (0 … 1),
-    "successes", "episodes", "mean_score". Stages not played yet are left out."""
+    "successes", "episodes", "mean_score". Stages not played yet are left out. Each bar spans
+    `LESSON_BAR_BASE` … its rate (a 0 % bar is a visible stub); its hover text gives the rate."""
     fig = go.Figure()
     xs = [str(s["title"]) for s in stages]
-    ys = [100.0 * float(s["success_rate"]) for s in stages]  # type: ignore[arg-type]
+    rates = [100.0 * float(s["success_rate"]) for s in stages]  # type: ignore[arg-type]
     labels = [f"{s['successes']}/{s['episodes']} won · score {float(s['mean_score']):.0f}" for s in stages]  # type: ignore[arg-type]
     fig.add_trace(go.Bar(
-        x=xs, y=ys, text=labels, textposition="outside", name="success rate",
+        x=xs, y=[r - LESSON_BAR_BASE for r in rates], base=LESSON_BAR_BASE, customdata=rates,
+        hovertemplate="%{x}: %{customdata:.0f}% success<extra></extra>",
+        text=labels, textposition="outside", name="success rate",
         marker={"color": [LESSON_COLOURS.get(str(s["stage"]), "#6b7280") for s in stages]},
     ))  # fmt: skip
+    if stages:
+        fig.add_hline(y=0, line={"color": "#374151", "width": 1})  # the 0 % line the stubs hang below
     fig = _layout(fig, "Lesson: success rate per stage", "stage", "success rate (%)", height=320)
     fig.update_yaxes(**PERCENT_AXIS)
     fig.update_layout(showlegend=False)

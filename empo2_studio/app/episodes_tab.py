@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import gradio as gr
 
 from empo2_studio.app import figures, render, workers
+from empo2_studio.app.pair_memory import memory_line, memory_when_done, offer_updates, store_tip
 from empo2_studio.app import job_panel as jp
 from empo2_studio.app.handlers import user_errors, whole_number
 from empo2_studio.app.job_panel import JobPanel
@@ -48,13 +49,18 @@ def session_env(studio: Studio, run_id: str) -> str:
     return studio.session(run_id).config.env.name
 
 
-@user_errors
-def env_changed(studio: Studio, env_name: str, split: str, run_id: str | None = None) -> tuple[Any, Any]:
-    """The env's task list (the session's task preselected when it belongs to this env, else the
-    first), and that task's variations in `split`."""
+def preselected(studio: Studio, env_name: str, run_id: str | None = None) -> tuple[list[str], str | None]:
+    """(the env's tasks, the task the form preselects: the session's when it belongs to this env, else
+    the first; None for an env without tasks)."""
     tasks = list(studio.meta_env(env_name).task_names())
     own = studio.session(run_id).config.env.task if run_id else None
-    task = own if own in tasks else (tasks[0] if tasks else None)
+    return tasks, own if own in tasks else (tasks[0] if tasks else None)
+
+
+@user_errors
+def env_changed(studio: Studio, env_name: str, split: str, run_id: str | None = None) -> tuple[Any, Any]:
+    """The env's task list (`preselected`), and that task's variations in `split`."""
+    tasks, task = preselected(studio, env_name, run_id)
     return gr.Dropdown(choices=tasks, value=task), task_changed(studio, env_name, task, split, run_id)
 
 
@@ -116,6 +122,25 @@ def _listed(numbers: list[int]) -> str:
     if len(numbers) >= 3 and numbers == list(range(numbers[0], numbers[-1] + 1)):
         return f"{numbers[0]}–{numbers[-1]}"
     return ", ".join(map(str, numbers))
+
+
+def pick_line(studio: Studio, run_id: str, task: str | None, variation: Any, split: str) -> str:
+    """The info line of what *Run side by side* plays now. For the session's own task on the train
+    split, `session_line` (its training variations and step limit); for another task or split, that
+    task's step limit and which task the session trains on. Both end with the chosen task, variation
+    and split ("**this pair**: `find-animal` variation 3 (train)"). `session_line` alone before a task
+    is chosen."""
+    env = studio.session(run_id).config.env
+    if not task:
+        return session_line(studio, run_id)
+    if task == env.task and split == "train":
+        line = session_line(studio, run_id)
+    else:
+        limit = env.step_limit if env.step_limit is not None else f"the task's ({studio.meta_env(env.name).step_limit(task)})"
+        which = f"its task `{task}`" if task == env.task else f"task `{task}` (the session trains on `{env.task}`)"
+        line = f"Plays session `{run_id}`'s env **{env.name}** · {which} · step limit {limit}"
+    chosen = "no variation chosen yet" if variation in (None, "") else f"variation {variation} ({split})"
+    return f"{line} · **this pair**: `{task}` {chosen}"
 
 
 def embedded_model(studio: Studio) -> bool:
@@ -246,6 +271,11 @@ def build_episodes_tab(studio: Studio, run_id: gr.State) -> dict[str, Any]:
         variation = gr.Dropdown(label="Variation (split)", choices=[], elem_id="ep-variation")
     info = gr.Markdown(elem_id="ep-session")
     note = gr.Markdown(visible=False, elem_id="ep-note")
+    memory_md = gr.Markdown(elem_id="ep-memory")
+    with gr.Row():
+        tip = gr.Textbox(label="Curated tip", lines=2, visible=False, elem_id="ep-tip", scale=4)
+        store = gr.Button("Store this tip in the session's memory", size="sm", visible=False,
+                          elem_id="ep-store-tip", scale=1)  # fmt: skip
     with gr.Row():
         seed = gr.Number(0, label="Seed", precision=0, elem_id="ep-seed")
         temperature = gr.Slider(0.05, 2.0, value=0.4, step=0.05, label="Temperature", elem_id="ep-temperature")
@@ -264,10 +294,16 @@ def build_episodes_tab(studio: Studio, run_id: gr.State) -> dict[str, Any]:
 
     task.input(lambda e, t, s, rid: task_changed(studio, e, t, s, rid), [env, task, split, run_id], [variation])
     split.input(lambda e, t, s, rid: task_changed(studio, e, t, s, rid), [env, task, split, run_id], [variation])
+    # `change`, not `input`: a task or split pick and a session switch set the variation too, and the
+    # info line, the offered tip and the memory count must follow every one of them.
+    variation.change(lambda rid, t, v, s: (pick_line(studio, rid, t, v, s), *offer_updates(studio, rid, t, v)),
+                     [run_id, task, variation, split], [info, tip, store, memory_md], show_progress="hidden")
+    store.click(partial(store_tip, studio), [run_id, task, variation, tip], [memory_md])
     panel.on_start(run.click, partial(start_side_by_side, studio),
                    [run_id, env, task, variation, split, seed, temperature, checkpoint])
     panel.on_poll(partial(poll_side_by_side, studio), [naive, memory, chart]).then(
-        _refresh_saved_when_done(studio), [run_id, panel.job_id], saved, show_progress="hidden")
+        _refresh_saved_when_done(studio), [run_id, panel.job_id], saved, show_progress="hidden").then(
+        memory_when_done(studio), [run_id, panel.job_id, task, variation], memory_md, show_progress="hidden")
     panel.on_stop(stop, studio.jobs)
     reopen.click(partial(open_pair, studio), [run_id, saved], [naive, memory, chart, panel.status])
 
@@ -275,8 +311,14 @@ def build_episodes_tab(studio: Studio, run_id: gr.State) -> dict[str, Any]:
         """The session's env, its task and training variations, step limit, checkpoints and pairs."""
         env_name = session_env(studio, rid)
         tasks, variations = env_changed(studio, env_name, "train", rid)
+        # the picks as values (a component made inside an event keeps no `.value` to read back)
+        first = preselected(studio, env_name, rid)[1]
+        offered = variation_choices(studio, env_name, first, "train", rid) if first else []
+        v = offered[0] if offered else None
+        box, button, counted = offer_updates(studio, rid, first, v)
         return {env: gr.Radio(value=env_name), task: tasks, split: gr.Radio(value="train"), variation: variations,
-                info: session_line(studio, rid), note: model_note(studio, rid),
+                info: pick_line(studio, rid, first, v, "train"), note: model_note(studio, rid),
+                tip: box, store: button, memory_md: counted,
                 checkpoint: gr.Dropdown(choices=checkpoint_choices(studio, rid), value="current"),
                 saved: gr.Dropdown(choices=saved_pairs(studio, rid), value=None)}  # fmt: skip
 
@@ -285,7 +327,13 @@ def build_episodes_tab(studio: Studio, run_id: gr.State) -> dict[str, Any]:
         return {panel.job_id: None, panel.seen: -1, panel.status: jp.job_status_html(None), naive: "",
                 memory: "", chart: figures.episode_scores_figure({})}  # fmt: skip
 
+    def on_open(rid: str, t: str | None, v: Any) -> str:
+        """The tab opened: count the memory again (tips may have been stored elsewhere, or the model
+        was still loading when the page was)."""
+        return memory_line(studio, rid, t, v)
+
     return {"panel": panel, "env": env, "task": task, "variation": variation, "checkpoint": checkpoint,
-            "saved": saved, "note": note,
-            "refresh": (refresh, [env, task, split, variation, info, note, checkpoint, saved]),
+            "saved": saved, "note": note, "tip": tip, "store": store, "memory": memory_md,
+            "on_open": (on_open, [run_id, task, variation], [memory_md]),
+            "refresh": (refresh, [env, task, split, variation, info, note, tip, store, memory_md, checkpoint, saved]),
             "clear": (clear, [panel.job_id, panel.seen, panel.status, naive, memory, chart])}  # fmt: skip

@@ -52,7 +52,7 @@ def build_blocks(studio: Studio) -> gr.Blocks:
         with gr.Tabs(selected="lesson") as tabs:
             with gr.Tab("Lesson", id="lesson", elem_id="tab-lesson"):
                 lesson = ls.build_lesson_tab(studio)
-            with gr.Tab("Episodes", id="episodes", elem_id="tab-episodes"):
+            with gr.Tab("Episodes", id="episodes", elem_id="tab-episodes") as episodes_page:
                 ep = episodes_tab.build_episodes_tab(studio, run_id)
             with gr.Tab("Tips", id="tips", elem_id="tab-tips") as tips_page:
                 tips = tips_tab.build_tips_tab(studio, run_id)
@@ -80,6 +80,7 @@ def build_blocks(studio: Studio) -> gr.Blocks:
             lambda rid: (banner(studio, rid), gr.Dropdown(choices=train_tab.distill_choices(studio, rid))),
             [run_id], [session_md, tr["distill_ids"]], show_progress="hidden")  # fmt: skip
         tips_page.select(*tips["on_open"], show_progress="hidden")
+        episodes_page.select(*ep["on_open"], show_progress="hidden")
 
         # Opening a session (Sessions tab, the start panel, a Train start that made one) switches this
         # browser's run id, then every tab follows it; the Episodes tab drops the previous session's pair.

@@ -4,7 +4,7 @@ lets the policy write tips about its own episodes.
     from empo2_studio.memory import TipStore, make_embedder
     store = TipStore.open(session.tips_path, make_embedder(cfg.memory.embedder), cfg.memory)
     tips = store.retrieve(task, variation, conversation_text)       # list[RetrievedTip]
-    store.add_episode_tips(episode, tip_text, key_text)             # one entry per step
+    store.add_episode_tips(episode, tip_text, key_text)             # one entry per distinct step action
 
 Importing this package does not import torch; the MiniLM embedder loads it on first use.
 """

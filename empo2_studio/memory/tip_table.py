@@ -8,7 +8,8 @@ reads rows back (`get`, `count`) and manages what every write leaves behind: Lan
 Writing (`add_episode_tips`): after an episode, the tip the policy wrote is stored once per step,
 as "<tip>; at that step the action taken was <action>; the episode ended with score <R>/100", with
 the episode score and one shared key, the embedding of the episode's final conversation. Exact
-duplicate texts within a partition are skipped; a partition keeps at most
+duplicate texts within a partition are skipped, so an episode adds one row per distinct action it
+took (fewer when earlier episodes stored the same texts); a partition keeps at most
 `MemoryConfig.max_tips_per_partition` entries, oldest evicted first (FIFO).
 
 On disk, `path` is a LanceDB directory holding the table `tips`, `embedder.json` (which embedder

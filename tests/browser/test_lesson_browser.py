@@ -40,6 +40,10 @@ def test_play_the_lesson(page, studio_url, artifacts):
     page.locator("#ls-table-distill").get_by_text(re.compile(r"^(yes|no)$")).filter(visible=True).first.wait_for(timeout=30_000)
     page.locator("#ls-chart .barlayer .point").first.wait_for(timeout=30_000)
     assert page.locator("#ls-chart .barlayer .point").count() == 3
+    # every bar is drawn, a 0 % one too (issue 50: a bar of height 0 left only its label)
+    heights = page.evaluate("() => [...document.querySelectorAll('#ls-chart .barlayer .point path')]"
+                            ".map(p => p.getBBox().height)")
+    assert len(heights) == 3 and min(heights) >= 4, heights
     assert "lesson-trap-light-bulb" in page.locator("#ls-session").inner_text()
     # every distill step shows, the fifth not clipped: the table needs no scrolling
     page.locator("#ls-table-distill").get_by_text(re.compile(r"^5$")).filter(visible=True).first.wait_for(timeout=30_000)
