@@ -59,6 +59,16 @@ EMBEDDED_MODEL = "smollm2-135m-instruct"
 WARM_START_DIR = Path(__file__).resolve().parents[1] / "assets" / "warmstart"
 DEFAULT_WARM_START = f"{EMBEDDED_MODEL}-route"
 """The folder under WARM_START_DIR that `PolicyConfig.warm_start` "auto" loads (its history: policy.loading)."""
+SCIENCEWORLD_WARM_START = f"{EMBEDDED_MODEL}-scienceworld"
+"""The folder "auto" gives a ScienceWorld session instead (`auto_warm_start`; scripts/make_sw_warmstart.py)."""
+
+
+def auto_warm_start(env_name: str) -> str:
+    """The folder under WARM_START_DIR that "auto" means for a session of `env_name`: the ScienceWorld
+    adapter for "scienceworld" (while it is there), `DEFAULT_WARM_START` for every other environment."""
+    if env_name == "scienceworld" and (WARM_START_DIR / SCIENCEWORLD_WARM_START / "adapter_config.json").is_file():
+        return SCIENCEWORLD_WARM_START
+    return DEFAULT_WARM_START
 
 
 @dataclass(frozen=True)

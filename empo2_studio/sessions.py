@@ -32,7 +32,7 @@ from typing import Any
 
 from filelock import FileLock
 
-from empo2_studio.config import DEFAULT_WARM_START, EMBEDDED_MODEL, WARM_START_DIR, RunConfig
+from empo2_studio.config import EMBEDDED_MODEL, WARM_START_DIR, RunConfig, auto_warm_start
 from empo2_studio.durable import append_jsonl, atomic_write, finite, fsync_dir, last_jsonl, read_jsonl
 from empo2_studio.types import Episode
 
@@ -52,14 +52,15 @@ def default_sessions_root() -> Path:
 
 def absolute_paths(cfg: RunConfig) -> RunConfig:
     """`cfg` with its `policy.adapter` and `policy.warm_start` folders absolute ("~" expanded), and a warm
-    start of "auto" for the embedded model replaced by the folder "auto" loads today (`DEFAULT_WARM_START`),
+    start of "auto" for the embedded model replaced by the folder "auto" loads today for the run's environment
+    (`config.auto_warm_start`: the ScienceWorld adapter for ScienceWorld, else `DEFAULT_WARM_START`),
     so a session keeps its weights when the default changes. Kept as they are: "none", an empty value
     (refused by `policy.loading.warm_start_dir`), and "auto" when an adapter is given, the model is another
     one, or the default folder is missing (the load then names the command that builds it)."""
     policy = cfg.policy
     if policy.adapter:
         policy = replace(policy, adapter=str(Path(policy.adapter).expanduser().resolve()))
-    shipped = WARM_START_DIR / DEFAULT_WARM_START
+    shipped = WARM_START_DIR / auto_warm_start(cfg.env.name)
     if policy.warm_start == "auto" and not policy.adapter and policy.model == EMBEDDED_MODEL and (shipped / "adapter_config.json").is_file():
         policy = replace(policy, warm_start=str(shipped))
     elif policy.warm_start.strip() and policy.warm_start not in ("auto", "none"):

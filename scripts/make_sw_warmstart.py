@@ -131,6 +131,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lr", type=float, default=3e-4)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    ap.add_argument("--paths", type=Path, default=None,
+                    help="a JSON file of mapped gold paths ({task: {variation: [actions]}}): read when it exists, "
+                         "else written after they are computed (mapping replays take most of the data's time)")
     args = ap.parse_args(argv)
     try:
         check_tasks(args.tasks)
@@ -154,13 +157,19 @@ def main(argv: list[str] | None = None) -> int:
     env = ScienceWorldEnv()
     seen: dict[str, list[int]] = {}
     follow, walks = [], []
+    cached = json.loads(args.paths.read_text()) if args.paths and args.paths.is_file() else {}
+    paths: dict[str, dict[str, list[str]]] = {}
     for task in args.tasks:
         for split in args.splits:
             for v in env.variations(task, split)[: args.variations]:
-                actions, score = env.valid_gold_path(task, v)
+                if str(v) in cached.get(task, {}):
+                    actions, score = cached[task][str(v)], 100.0
+                else:
+                    actions, score = env.valid_gold_path(task, v)
                 if score < 100:  # a path that does not win teaches nothing to follow
                     print(f"  skip {task} {v}: its mapped gold path reaches {score:.0f}", flush=True)
                     continue
+                paths.setdefault(task, {})[str(v)] = actions
                 seen.setdefault(task, []).append(v)
                 for _ in range(args.per_variation):
                     whole = rng.random() < args.whole_share
@@ -169,6 +178,8 @@ def main(argv: list[str] | None = None) -> int:
                 walks.append(walk_turns(env, task, v, rng))
         print(f"{task}: {len(seen.get(task, []))} variations [{time.time() - t0:.0f} s]", flush=True)
     env.close()
+    if args.paths and not cached:
+        args.paths.write_text(json.dumps(paths, indent=1))
 
     policy = load_policy(PolicyConfig(quantization="none", warm_start="none", lora_layers=12))
     policy.load_adapter(str(args.init))
