@@ -293,6 +293,18 @@ def test_opening_a_scienceworld_session_from_the_page_lists_it_in_the_sessions_t
     demo.close()
 
 
+def test_every_element_id_of_the_page_is_used_once(studio):
+    """Issue 50's memory line first took `ep-memory`, the memory column's id: a page script or browser
+    test addressing one of them got both."""
+    from collections import Counter
+
+    demo = layout.build_blocks(studio)
+    ids = Counter(b.elem_id for b in demo.blocks.values() if getattr(b, "elem_id", None))
+    demo.close()
+    assert [i for i, n in ids.items() if n > 1] == []
+    assert {"ep-memory", "ep-memory-line", "ep-tip", "ep-store-tip"} <= set(ids)
+
+
 def test_whole_number_reads_form_values_and_names_every_bad_one():
     assert [h.whole_number(v, "x") for v in (3, 3.0, "4", " 5 ", "6.0")] == [3, 3, 4, 5, 6]
     assert h.whole_number(0, "x", 0) == 0

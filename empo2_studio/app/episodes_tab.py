@@ -271,7 +271,7 @@ def build_episodes_tab(studio: Studio, run_id: gr.State) -> dict[str, Any]:
         variation = gr.Dropdown(label="Variation (split)", choices=[], elem_id="ep-variation")
     info = gr.Markdown(elem_id="ep-session")
     note = gr.Markdown(visible=False, elem_id="ep-note")
-    memory_md = gr.Markdown(elem_id="ep-memory")
+    memory_md = gr.Markdown(elem_id="ep-memory-line")
     with gr.Row():
         tip = gr.Textbox(label="Curated tip", lines=2, visible=False, elem_id="ep-tip", scale=4)
         store = gr.Button("Store this tip in the session's memory", size="sm", visible=False,

@@ -35,7 +35,7 @@ def test_the_curated_tip_is_offered_stored_on_request_and_retrieved(page, served
     page.wait_for_function("document.querySelector('#ep-variation input').value !== ''")
     pick(page, "ep-variation", "1 · train")  # variation 1: no earlier test of this module stores tips there
     page.wait_for_function(f"document.querySelector('#ep-tip textarea').value === {BULB_V1!r}")
-    memory = page.locator("#ep-memory")
+    memory = page.locator("#ep-memory-line")
     memory.get_by_text(re.compile("variation 1: no tip")).wait_for()
     assert store.count("trap-light-bulb", 1) == 0  # offered, not stored
     assert "**this pair**" not in page.locator("#ep-session").inner_text()  # markdown is rendered
