@@ -1,0 +1,227 @@
+"""Does the embedded agent act in ScienceWorld when a note tells it the plan? Issue 47, bar 1.
+
+Test variations of tasks outside `HELD_OUT_TASKS` (the warm start may train on their train and dev
+variations, never on these). The note is the variation's gold plan: the simulator's gold path in the
+words of the step's valid actions (`ScienceWorldEnv.valid_gold_path`), written as
+"To finish the task: a, then b, …" and shown from its first step not yet played
+(`prompts.remaining_plan`), as the rollout shows a plan.
+
+Part "probs": the mapped gold path played with the note pinned (and with no note), the probability the
+policy gives each gold action (token-level constrained decoding, T = 1, as the studio samples); per
+task the mean and minimum over steps and the product over the path (the chance of playing the whole
+plan), and the label bias at the focus step: P of the most likely wrong "focus on …" action (one
+action's first tokens decide the focus; the rest of the mass goes wherever the trie sends it).
+
+Part "play": episodes with the plan pinned (memory rollout, step limit 30, T = 1) and naive ones;
+success (score 100) per task, mean and min–max over seeds.
+
+    .venv/bin/python benchmarks/bench_scienceworld.py                    (the adapter a ScienceWorld session starts from)
+    .venv/bin/python benchmarks/bench_scienceworld.py --parts probs --warm-start auto   (the trap's route adapter)
+
+Results go to stdout and `<sessions root>/bench_scienceworld-<time>/scienceworld.md` (+ .json), and the
+summary with the command, commit, seconds and per-seed numbers to `benchmarks/results/` (`--result NAME`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import torch  # noqa: E402
+
+from empo2_studio.config import WARM_START_DIR, RunConfig, auto_warm_start  # noqa: E402
+from empo2_studio.envs.actions import jaccard, words  # noqa: E402
+from empo2_studio.envs.scienceworld import HELD_OUT_TASKS, ScienceWorldEnv  # noqa: E402
+from empo2_studio.policy import Turn, load_policy, prompts  # noqa: E402
+from empo2_studio.rollout import play_group, seed_policy  # noqa: E402
+from empo2_studio.sessions import default_sessions_root, fresh_dir  # noqa: E402
+from empo2_studio.types import RetrievedTip  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_notes import PinnedNote  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+TASKS = {"power-component": [15, 16, 17, 18], "chemistry-mix-paint-secondary-color": [27, 28, 29, 30],
+         "test-conductivity": [675, 676, 677, 678]}  # fmt: skip
+"""Three tasks with short gold paths (7–20 steps) and their first four test variations."""
+
+
+def plan_note(actions: list[str]) -> str:
+    return "To finish the task: " + prompts.PLAN_SEPARATOR.join(actions) + "."
+
+
+def path_turns(env: ScienceWorldEnv, policy, task: str, variation: int, actions: list[str], note: str | None
+               ) -> tuple[list[Turn], list[tuple[str, ...]]]:
+    """The mapped gold path as policy turns with `note` pinned (cut by remaining_plan), until done."""
+    fmt = policy.chat_format
+    obs = env.reset(task, variation)
+    turns, played = [], []
+    for k, action in enumerate(actions):
+        user = (prompts.first_user_message("scienceworld", obs, env.fewshot_examples(task)
+                                           if prompts.prompt_style("scienceworld") == "paper" else ())
+                if k == 0 else prompts.step_user_message(obs, "scienceworld"))
+        if note is not None:
+            tip = prompts.with_plan_progress(RetrievedTip("note", note, 100.0, 1.0, True), played)
+            user = prompts.with_tips(user, [tip], prompts.prompt_style("scienceworld"))
+        turns.append(Turn(user, fmt.encode(action) + (fmt.eot_id,), obs.valid_actions))
+        result = env.step(action)
+        played.append(action)
+        obs = result.observation
+        if result.done:
+            break
+    return turns, [t.valid_actions for t in turns]
+
+
+WRONG_FOCUS_CANDIDATES = 12
+"""How many wrong "focus on …" actions `wrong_focus` scores: those closest in words to the gold one
+(each is a whole conversation prefix to score, and a room offers up to 100 of them)."""
+
+
+def wrong_focus(policy, turns: list[Turn], k: int, gold: str) -> tuple[str, float]:
+    """The most likely "focus on …" action other than `gold` at turn `k` among the
+    `WRONG_FOCUS_CANDIDATES` closest to it in words, and its probability (each scored as the answer of
+    turn k, token-level, as the trie samples it)."""
+    others = [a for a in turns[k].valid_actions if a.startswith("focus on") and a != gold]
+    candidates = sorted(others, key=lambda a: (-jaccard(words(a), words(gold)), a))[:WRONG_FOCUS_CANDIDATES]
+    fmt = policy.chat_format
+    convs = [turns[:k] + [dataclasses.replace(turns[k], action_ids=fmt.encode(a) + (fmt.eot_id,))] for a in candidates]
+    with torch.no_grad():
+        scored = policy.score(convs)
+    probs = [float(s[k].sum().exp()) for s in scored]
+    best = max(range(len(probs)), key=probs.__getitem__)
+    return candidates[best], probs[best]
+
+
+def part_probs(args, policy, env) -> tuple[list[str], dict]:
+    lines = ["### P(gold action) along the mapped gold path, token-level, T = 1 (mean over the task's test variations)",
+             "", "| task | note | mean P per step | min P per step | P(whole path) | P(focus) | most likely wrong focus |",
+             "|---|---|---|---|---|---|---|"]  # fmt: skip
+    out: dict = {}
+    for task, variations in args.tasks.items():
+        for note_kind in ("plan", "none"):
+            rows = []
+            for v in variations:
+                actions, _ = env.valid_gold_path(task, v)
+                turns, _ = path_turns(env, policy, task, v, actions, plan_note(actions) if note_kind == "plan" else None)
+                with torch.no_grad():
+                    ps = [float(lp.sum().exp()) for lp in policy.score([turns])[0]]
+                k = next(i for i, a in enumerate(actions[: len(turns)]) if a.startswith("focus on"))
+                gold = actions[k]
+                wrong, p_wrong = wrong_focus(policy, turns, k, gold)
+                rows.append({"variation": v, "p": ps, "focus": ps[k], "wrong_focus": wrong, "p_wrong_focus": p_wrong})
+            out.setdefault(task, {})[note_kind] = rows
+            mean = statistics.fmean(statistics.fmean(r["p"]) for r in rows)
+            low = statistics.fmean(min(r["p"]) for r in rows)
+            whole = statistics.fmean(float(torch.tensor(r["p"]).prod()) for r in rows)
+            focus = statistics.fmean(r["focus"] for r in rows)
+            worst = max(rows, key=lambda r: r["p_wrong_focus"])
+            lines.append(f"| {task} | {note_kind} | {mean:.2f} | {low:.2f} | {whole:.3f} | {focus:.2f} | "
+                         f"{worst['wrong_focus']!r} {worst['p_wrong_focus']:.2f} (variation {worst['variation']}) |")
+            print(lines[-1], flush=True)
+    return lines, out
+
+
+def part_play(args, policy, env) -> tuple[list[str], dict]:
+    lines = [f"### Success (score 100), {args.episodes} episodes × {len(args.seeds)} seeds per test variation, "
+             f"step limit {args.step_limit}, T = {args.temperature} (mean over seeds, min–max)", "",
+             "| task | plan pinned | no note |", "|---|---|---|"]  # fmt: skip
+    envs = [ScienceWorldEnv(step_limit=args.step_limit) for _ in range(args.episodes)]
+    out: dict = {}
+    try:
+        for task, variations in args.tasks.items():
+            for seed in args.seeds:
+                won: dict[str, list[bool]] = {"plan": [], "none": []}
+                for v in variations:
+                    actions, _ = env.valid_gold_path(task, v)
+                    for kind, note in (("plan", plan_note(actions)), ("none", None)):
+                        seed_policy(policy, seed * 1000 + v)
+                        eps = play_group(
+                            envs, policy, PinnedNote(note) if note else None, task=task, variation=v, split="test",
+                            rollout_mode="memory" if note else "naive", update_mode=None,
+                            temperature=args.temperature, seed=seed * 1000 + v,
+                        )  # fmt: skip
+                        won[kind] += [ep.won for ep in eps]
+                for kind, w in won.items():
+                    out.setdefault(task, {}).setdefault(kind, []).append(sum(w) / len(w))
+                print(f"  {task} seed {seed}: plan {out[task]['plan'][-1]:.2f}, no note {out[task]['none'][-1]:.2f}", flush=True)
+            cells = [f"{statistics.fmean(out[task][k]):.2f} ({min(out[task][k]):.2f}–{max(out[task][k]):.2f})" for k in ("plan", "none")]
+            lines.append(f"| {task} | " + " | ".join(cells) + " |")
+    finally:
+        for e in envs:
+            e.close()
+    return lines, out
+
+
+PARTS = {"probs": part_probs, "play": part_play}
+
+
+def commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--parts", nargs="+", default=["probs", "play"], choices=list(PARTS))
+    ap.add_argument("--tasks", nargs="+", default=list(TASKS), help=f"default: {', '.join(TASKS)} (their first four test variations)")
+    ap.add_argument("--variations", type=int, default=4, help="test variations per task (the first N)")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--episodes", type=int, default=2, help="episodes per variation, note and seed")
+    ap.add_argument("--step-limit", type=int, default=30)
+    ap.add_argument("--temperature", type=float, default=1.0)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--warm-start", default=str(WARM_START_DIR / auto_warm_start("scienceworld")),
+                    help="an adapter DIR (default: what a ScienceWorld session starts from), auto (the trap's) or none")
+    ap.add_argument("--result", default=None, help="also write benchmarks/results/NAME.json")
+    ap.add_argument("--root", type=Path, default=None)
+    args = ap.parse_args(argv)
+    held = [t for t in args.tasks if t in HELD_OUT_TASKS]
+    if held:
+        ap.error(f"{', '.join(held)} is held out for the Lesson, the race and adaptation; bar 1 measures other tasks")
+    env = ScienceWorldEnv()
+    try:
+        args.tasks = {t: list(env.variations(t, "test")[: args.variations]) for t in args.tasks}
+    except ValueError as exc:
+        ap.error(str(exc))
+    torch.set_num_threads(max(1, min(args.threads, os.cpu_count() or 1)))
+    _, root = fresh_dir(args.root or default_sessions_root(), time.strftime("bench_scienceworld-%Y%m%d-%H%M%S"))
+    policy = load_policy(dataclasses.replace(RunConfig().policy, warm_start=args.warm_start))
+    report = [f"# bench_scienceworld ({time.strftime('%Y-%m-%d %H:%M')}, warm start {args.warm_start}, "
+              f"{prompts.prompt_style('scienceworld')} prompt, constrained decoding)", ""]
+    results: dict = {}
+    t0 = time.perf_counter()
+    try:
+        for name in args.parts:
+            t = time.perf_counter()
+            lines, results[name] = PARTS[name](args, policy, env)
+            report += lines + ["", f"({name}: {time.perf_counter() - t:.0f} s)", ""]
+            (root / "scienceworld.md").write_text("\n".join(report))
+            (root / "scienceworld.json").write_text(json.dumps(results, default=float, indent=1))
+    finally:
+        env.close()
+    if args.result:
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        summary = {"command": "benchmarks/bench_scienceworld.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+                   "commit": commit(), "seconds": round(time.perf_counter() - t0), "seeds": args.seeds,
+                   "warm_start": args.warm_start, "tasks": args.tasks, "results": results}  # fmt: skip
+        (RESULTS / f"{args.result}.json").write_text(json.dumps(summary, default=float, indent=1))
+    print("\n" + "\n".join(report))
+    print(f"written: {root}/scienceworld.md")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
