@@ -56,7 +56,7 @@ equal. The benchmark race with them: 0.64 against GRPO's 0.00 (3 seeds); the pap
 0.00, an all-winning group told apart only by the novelty bonus undoing what a seed had learned
 (docs/departures.md, "Skipping flat groups"). A session racing itself keeps its own."""
 PRESETS: dict[str, dict[str, int]] = {
-    "class": {"iterations": 10, "group_size": 8, "eval_every": 10, "seeds": 1, "eval_repeats": 1},
+    "class": {"iterations": 15, "group_size": 8, "eval_every": 15, "seeds": 1, "eval_repeats": 1},
     "benchmark": {"iterations": 60, "group_size": 8, "eval_every": 10, "seeds": 1, "eval_repeats": 4},
 }
 """The form's two settings, one click each. "class": sized to decide the race within a lesson period
