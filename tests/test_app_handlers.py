@@ -487,6 +487,7 @@ def test_changed_form_trains_a_new_session(studio):
     assert job.status == "stopped" and 1 <= n < 50, job.message
     assert studio.session(run_id).latest_checkpoint()[0] == n  # the last finished iteration, saved on stop
     assert job.message.startswith(f"stopped during iteration {n + 1}: {n} iteration(s) done · checkpoint iter_")
+    assert job.countdown.done == {"iteration": n} and job.countdown.plan == {"iteration": 50}  # each one counted
     lora = list(values)
     lora[tt.TRAIN_FIELDS.index(("policy", "lora_r"))] = 4
     with pytest.raises(gr.Error, match="lora"):

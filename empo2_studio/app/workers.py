@@ -4,8 +4,9 @@ Each function takes the `Studio` and the running `Job`, drives the env / policy 
 APIs, and streams what the UI shows into `job.data`. They run with the model lock held (see
 `jobs.JobRegistry.start`). A Stop cuts the lock-step or micro-batch in progress (`stopping`); each body
 keeps what finished before it and says so. Each sets `job.countdown` (`lesson.timing.Countdown`) over
-its units, counted down from the unit times measured here: this session's earlier iterations for
-training, else the first unit of the job itself.
+its units, counted down from the unit times measured here: for training this session's earlier
+iterations, else the lesson's episode time × episodes per iteration; for a distill step the lesson's;
+for a pair's lock-steps and adaptation trials, the job's own first unit.
 """
 
 from __future__ import annotations
@@ -103,8 +104,16 @@ def train(studio: Studio, job: Job, *, run_id: str, iterations: int) -> list[Any
     start = trainer.iteration
     earlier = [float(r["time/iteration"]) for r in trainer.session.metrics()
                if r.get("kind") == "train" and r.get("time/iteration")]  # fmt: skip
-    prior = {"iteration": (sum(earlier) / len(earlier), "this session's earlier iterations")} if earlier else None
-    job.countdown = Countdown({"iteration": iterations}, prior)
+    if earlier:
+        prior = (sum(earlier) / len(earlier), "this session's earlier iterations")
+    else:  # nothing trained here yet: the lesson's naive episodes on this machine × episodes per iteration
+        from empo2_studio.app.lesson_tab import measured_rates  # late: the lesson tab builds on the studio
+        from empo2_studio.lesson.timing import rate
+
+        per, measured = rate(measured_rates(studio), "episode")
+        r = trainer.cfg.rollout
+        prior = (per * r.group_size * r.variations_per_iteration, "the lesson's episodes" if measured else "rough estimate")
+    job.countdown = Countdown({"iteration": iterations}, {"iteration": prior})
 
     def on_report(report: Any) -> None:
         job.countdown.finished("iteration")
