@@ -253,3 +253,18 @@ def test_a_stage_leaves_no_episode_in_memory(studio):
         ls.run_lesson_job(studio, RecordingJob("lesson"), run_id=run_id, settings=settings, stage="naive_again", tips={})
         counts.append(alive())
     assert counts[1] == counts[0]  # the second run keeps nothing more than the first
+
+
+def test_the_tabs_expected_time_is_the_race_jobs_first_estimate(studio):
+    from empo2_studio.app.race_job import expected_text, race_countdown
+
+    p = rc.PRESETS["class"]
+    form = (p["iterations"], p["group_size"], 8, "auto", p["eval_every"], p["seeds"], p["eval_repeats"])
+    cfg = rc.race_config(studio, RUN, p["iterations"], p["group_size"], 8, "auto", p["eval_repeats"])
+    countdown = race_countdown(studio, cfg, p["iterations"], p["eval_every"], p["seeds"])
+    # 15 iterations per arm; evaluations before the first (shared) and after the last, 12 layouts × 1
+    assert countdown.plan == {"EMPO² iteration": 15, "GRPO iteration": 15, "test episode": (1 + 2) * 12}
+    assert rc.race_expected(studio, RUN, *form) == expected_text(countdown)  # what the job starts from
+    assert "**Expected time** on this machine: " in rc.race_expected(studio, RUN, *form)
+    bad = rc.race_expected(studio, RUN, 0, 8, 8, "auto", 15, 1, 1)
+    assert bad == "**Expected time**: — (iterations must be a whole number ≥ 1, got 0)"

@@ -92,8 +92,8 @@ def race_countdown(studio: Studio, cfg: Any, iterations: int, eval_every: int, s
 
 
 def expected_text(countdown: Countdown) -> str:
-    """The tab's "expected time" line for a race's countdown (before it runs)."""
-    left = countdown.left()
+    """The tab's "expected time" line for a race's countdown (its estimate before it runs)."""
+    left = countdown.estimate
     labels = sorted({label for _, label in countdown.priors.values()})
     total = minutes_text(left) if left is not None else "unknown"
     return (f"**Expected time** on this machine: {total} ({countdown.sources()}; {', '.join(labels)}). "

@@ -33,6 +33,7 @@ from empo2_studio.app import charts
 from empo2_studio.app import job_panel as jp
 from empo2_studio.app.handlers import user_errors, whole_number
 from empo2_studio.app.job_panel import JobPanel
+from empo2_studio.app.jobs import readable_error
 from empo2_studio.app.race_job import expected_text, race_countdown, run_race_job
 from empo2_studio.config import EMBEDDED_MODEL, EnvConfig
 from empo2_studio.envs.trap import TrapEnv
@@ -143,8 +144,8 @@ def race_expected(studio: Studio, run_id: str, iterations: Any, group_size: Any,
     try:
         cfg = race_config(studio, run_id, iterations, group_size, step_limit, target, eval_repeats)
         every, n_seeds = whole_number(eval_every, "evaluate every", 0), whole_number(seeds, "seeds", 1)
-    except ValueError as exc:
-        return f"**Expected time**: — ({exc})"
+    except (ValueError, KeyError) as exc:  # a half-typed form or a session not made yet: say so, no error
+        return f"**Expected time**: — ({readable_error(exc)})"
     return expected_text(race_countdown(studio, cfg, cfg.train.iterations, every, n_seeds))
 
 

@@ -105,7 +105,7 @@ def lesson_seconds(variations: int, episodes: int, distill_steps: int, rates: Ma
     """Expected seconds of a whole lesson (`lesson_countdown` before it starts): two naive stages and one
     memory stage of `variations` × `episodes` episodes, and `distill_steps` steps over the memory stage's
     episodes."""
-    return float(lesson_countdown(variations, episodes, distill_steps, rates, clock=lambda: 0.0).left() or 0.0)
+    return float(lesson_countdown(variations, episodes, distill_steps, rates).estimate or 0.0)
 
 
 def rates_note(rates: Mapping[str, float]) -> str:
@@ -213,6 +213,12 @@ class Countdown:
     def complete(self) -> bool:
         """Whether every planned unit has ended."""
         return all(self.done[k] >= n for k, n in self.plan.items())
+
+    @property
+    def estimate(self) -> float | None:
+        """Seconds left as estimated at the last measurement (at the start before any): what `left`
+        counts down from; None while some kind left has no figure."""
+        return self._left
 
     def left(self) -> float | None:
         """Seconds left: the last estimate minus the time since it was taken, never below 0; None
