@@ -1,12 +1,14 @@
-"""Elapsed and expected time of the lesson's stages (and the race's iterations), from this machine.
+"""Elapsed and expected time of every studio job, from the unit times measured on this machine.
 
-A stage is a number of equal units (a playing stage: one lock-step group of episodes per variation;
-the distill stage: one update per step; a race: one iteration per arm). The expected time left is the
-mean unit time measured so far in the running stage; before its first unit ends, the per-unit time
-the last lesson recorded (`time/episode`, `time/distill_step` in its metrics rows, see
-`results.metrics_row`); with nothing recorded, `FALLBACK`, a rough figure labelled as an estimate.
-Times depend on the machine and its load (a 2-core CPU shared with other work is several times
-slower than an idle one), which is why the studio states them from measurements.
+`Countdown` follows a job made of units of a few kinds (the lesson: naive, memory and
+after-distillation episodes and distill steps, `UNIT_NAMES`; a race: each arm's iterations and test
+episodes; training: iterations). Each kind's seconds per unit are the mean of its units measured so
+far in the job; before the first, a prior: for the lesson the per-unit time the last lesson recorded
+(`time/episode`, `time/distill_step` in its metrics rows, see `results.metrics_row`, keyed by
+`STAGE_RATE`), with nothing recorded `FALLBACK`, a rough figure labelled as an estimate. The estimate
+is taken at each measurement and counts down with the clock until the next. Times depend on the
+machine and its load (a 2-core CPU shared with other work is several times slower than an idle one),
+which is why the studio states them from measurements.
 """
 
 from __future__ import annotations
