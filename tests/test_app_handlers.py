@@ -643,6 +643,7 @@ def test_the_episodes_tab_offers_the_lessons_tip_and_stores_it_only_when_asked(s
     assert box.visible and button.visible and box.value == (
         "The green light bulb is in the kitchen: go to kitchen, then focus on green light bulb, then turn on "
         "green light bulb.")
+    assert line.endswith("Store a tip first (the curated one below, or your own in the Tips tab).")
     assert "**no tip**, so the memory episode retrieves nothing" in line and store.count(TASK, 0) == 0
     assert pm.tip_offer(studio, rid, "trap-find-animal", 5) == (
         "The turtle is in the bedroom: go to bedroom, then focus on turtle, then pick up turtle.")
@@ -666,7 +667,8 @@ def test_the_episodes_tab_offers_the_lessons_tip_and_stores_it_only_when_asked(s
     sw = studio.env_session("scienceworld").dir.name  # no curated tips there: nothing offered
     box, button, line = pm.offer_updates(studio, sw, "find-animal", 3)
     assert (box.visible, button.visible, pm.tip_offer(studio, sw, "find-animal", 3)) == (False, False, None)
-    assert line.startswith("**Memory** of `find-animal` variation 3: **no tip**")
+    assert line == ("**Memory** of `find-animal` variation 3: **no tip**, so the memory episode retrieves nothing "
+                    "and plays like the naive one. Store a tip first (write one in the Tips tab).")
 
 
 def test_the_scienceworld_note_shows_only_for_the_embedded_model_on_scienceworld(studio, monkeypatch):

@@ -49,9 +49,10 @@ def memory_line(studio: Studio, run_id: str, task: str | None, variation: Any) -
     v = whole_number(variation, "variation", 0)
     tips = studio.store(run_id).list_tips(task=task, variation=v, enabled=True)
     if not tips:
+        where = ("the curated one below, or your own in the Tips tab" if tip_offer(studio, run_id, task, v) is not None
+                 else "write one in the Tips tab")  # fmt: skip
         return (f"**Memory** of `{task}` variation {v}: **no tip**, so the memory episode retrieves nothing "
-                "and plays like the naive one. Store a tip first (the curated one below, or your own in "
-                "the Tips tab).")  # fmt: skip
+                f"and plays like the naive one. Store a tip first ({where}).")  # fmt: skip
     curated = sum(t.origin != "generated" for t in tips)
     return (f"**Memory** of `{task}` variation {v}: {len(tips)} enabled tip(s), {curated} curated "
             f"(added by hand or imported); the memory episode retrieves them.")  # fmt: skip
