@@ -292,12 +292,18 @@ def build_episodes_tab(studio: Studio, run_id: gr.State) -> dict[str, Any]:
         saved = gr.Dropdown(label="Saved episode pairs of this session", choices=[], elem_id="ep-saved", scale=3)
         reopen = gr.Button("Reopen", elem_id="ep-reopen")
 
-    task.input(lambda e, t, s, rid: task_changed(studio, e, t, s, rid), [env, task, split, run_id], [variation])
-    split.input(lambda e, t, s, rid: task_changed(studio, e, t, s, rid), [env, task, split, run_id], [variation])
-    # `change`, not `input`: a task or split pick and a session switch set the variation too, and the
-    # info line, the offered tip and the memory count must follow every one of them.
-    variation.change(lambda rid, t, v, s: (pick_line(studio, rid, t, v, s), *offer_updates(studio, rid, t, v)),
-                     [run_id, task, variation, split], [info, tip, store, memory_md], show_progress="hidden")
+    # The info line, the offered tip and the memory count follow every pick. After a task or split pick
+    # they are renewed in a `then`, not by the variation's `change`: two tasks can share the variation
+    # number, and a value that does not change fires no `change` (the line kept the old task). A session
+    # switch renews them in `refresh`.
+    def follow(rid: str, t: str | None, v: Any, s: str) -> tuple[Any, ...]:
+        return (pick_line(studio, rid, t, v, s), *offer_updates(studio, rid, t, v))
+
+    follow_io = ([run_id, task, variation, split], [info, tip, store, memory_md])
+    for picked in (task, split):
+        picked.input(lambda e, t, s, rid: task_changed(studio, e, t, s, rid), [env, task, split, run_id], [variation]
+                     ).then(follow, *follow_io, show_progress="hidden")  # fmt: skip
+    variation.input(follow, *follow_io, show_progress="hidden")
     store.click(partial(store_tip, studio), [run_id, task, variation, tip], [memory_md])
     panel.on_start(run.click, partial(start_side_by_side, studio),
                    [run_id, env, task, variation, split, seed, temperature, checkpoint])

@@ -17,6 +17,8 @@ pytestmark = pytest.mark.browser
 
 BULB_V1 = ("The yellow light bulb is in the workshop: go to workshop, then focus on yellow light bulb, then turn on "
            "yellow light bulb.")  # TrapEnv.curated_tip("trap-light-bulb", 1)
+BULB_V0 = ("The green light bulb is in the kitchen: go to kitchen, then focus on green light bulb, then turn on "
+           "green light bulb.")
 ANIMAL_V0 = "The rabbit is in the kitchen: go to kitchen, then focus on rabbit, then pick up rabbit."
 
 
@@ -59,3 +61,7 @@ def test_the_curated_tip_is_offered_stored_on_request_and_retrieved(page, served
     line = page.locator("#ep-session").inner_text()
     assert "task trap-find-animal (the session trains on trap-light-bulb)" in line
     assert line.endswith("this pair: trap-find-animal variation 0 (train)")
+    # back to the session's task: the variation stays 0, and the line and the tip still follow the task
+    pick(page, "ep-task", "trap-light-bulb")
+    page.wait_for_function(f"document.querySelector('#ep-tip textarea').value === {BULB_V0!r}")
+    assert page.locator("#ep-session").inner_text().endswith("this pair: trap-light-bulb variation 0 (train)")
