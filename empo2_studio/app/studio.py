@@ -8,7 +8,8 @@ One `Studio` lives per process and hands every tab the same objects:
 - `slot` (`model_slot.ModelSlot`): whose weights the policy holds (a typed `Weights` value), the live
   trainer on them and one `TipStore` per session (an edit in the Tips tab is what the next episode
   retrieves); every weight change is a `slot.swap`, which saves the live trainer first;
-- `jobs` (`jobs.JobRegistry`): background work; anything that runs the model holds its model lock.
+- `jobs` (`jobs.JobRegistry`): background work; anything that runs the model holds its model lock;
+- `idle_release` (`memory_use.IdleRelease`): hands the heap a finished job freed back to the OS.
 Each part has its own lock and none calls another while holding it, so there is no lock order.
 
 Which model and embedder: the real ones by default (`PolicyConfig()` → the embedded SmolLM2 model,
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from empo2_studio.app.caches import DEFAULT_TASKS, EnvCache, SessionCache
 from empo2_studio.app.jobs import Job, JobRegistry
+from empo2_studio.app.memory_use import IdleRelease, share_note_writer
 from empo2_studio.app.model_slot import CheckpointWeights, ModelLoader, ModelSlot, Weights
 from empo2_studio.config import EMBEDDER_NAMES, EnvConfig, RunConfig
 from empo2_studio.types import ENV_NAMES
@@ -101,6 +103,7 @@ class Studio:
         self.model = ModelLoader(policy, embedder or default_cfg.memory.embedder, policy_config=default_cfg.policy)
         self.envs = EnvCache()
         self.slot = ModelSlot(self.model, session=self.session, envs=self.env_pool)
+        self.idle_release = IdleRelease(self.jobs)  # hands a finished job's freed heap back to the OS
 
     # ---- sessions -------------------------------------------------------------------------------
     def _other_env(self, run_id: str) -> bool:
@@ -181,10 +184,27 @@ class Studio:
             self.embedder()
             job.update(progress=0.3, message="preparing the model (the first start converts it, ~35 s)")
             self.policy()
+            job.update(progress=0.8, message="loading the note writer on the model's weights")
+            self.share_note_writer()
             job.update(progress=1.0, message=f"model ready ({time.time() - t0:.0f} s)")
             return "ready"
 
         return self.jobs.start("model", work, label="prepare model", uses_model=False)
+
+    def share_note_writer(self) -> int:
+        """Load the note writer the trap sessions use (the launch session's config, on the trap env,
+        where the shipped writer writes) and let its frozen base weights share the policy's storage
+        (`memory_use.share_note_writer`): one copy of the base model instead of two. Returns the bytes
+        saved (0 for a model that writes its own tips). No lock: a tensor is swapped for an equal one,
+        so a writer already running reads the same numbers from either. A missing writer adapter is
+        logged, not raised: it fails where tips are first written, as it did before it was loaded here."""
+        cfg = self.session(self.default_run_id).config
+        trap = cfg if cfg.env.name == "trap" else replace(cfg, env=EnvConfig(name="trap", task=DEFAULT_TASKS["trap"]))
+        try:
+            return share_note_writer(trap, self.policy())
+        except FileNotFoundError as exc:
+            log.warning("note writer not loaded at start: %s", exc)
+            return 0
 
     def adapter_checksum(self) -> str:
         """SHA-256 over the policy's trainable (LoRA) parameters: equal before and after = untouched."""
@@ -217,6 +237,7 @@ class Studio:
 
     def close(self) -> None:
         """Close the live trainer and the envs this studio opened (the JVMs of ScienceWorld)."""
+        self.idle_release.close()
         self.slot.close()
         self.envs.close()
 
