@@ -652,7 +652,7 @@ def test_the_episodes_tab_offers_the_lessons_tip_and_stores_it_only_when_asked(s
     (tip,) = store.list_tips(task=TASK, variation=0)
     assert (tip.text, tip.score, tip.origin, tip.enabled) == ("The bulb is in the kitchen: go to kitchen.", 100.0, "manual", True)
     assert status == (f"Stored tip {tip.tip_id[:8]}. **Memory** of `trap-light-bulb` variation 0: 1 enabled tip(s), "
-                      "1 curated (added by hand or imported); the memory episode retrieves them.")
+                      "1 curated (added by hand or imported): what the memory episode retrieves from.")
     store.set_enabled([tip.tip_id], False)
     assert pm.store_tip(studio, rid, TASK, 0, tip.text).startswith("This tip was already stored (enabled).")
     assert store.count(TASK, 0) == 1 and store.get(tip.tip_id).enabled

@@ -55,7 +55,7 @@ def memory_line(studio: Studio, run_id: str, task: str | None, variation: Any) -
                 f"and plays like the naive one. Store a tip first ({where}).")  # fmt: skip
     curated = sum(t.origin != "generated" for t in tips)
     return (f"**Memory** of `{task}` variation {v}: {len(tips)} enabled tip(s), {curated} curated "
-            f"(added by hand or imported); the memory episode retrieves them.")  # fmt: skip
+            f"(added by hand or imported): what the memory episode retrieves from.")  # fmt: skip
 
 
 def offer_updates(studio: Studio, run_id: str, task: str | None, variation: Any) -> tuple[Any, Any, str]:
