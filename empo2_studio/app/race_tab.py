@@ -239,8 +239,9 @@ def build_race_tab(studio: Studio, run_id: gr.State) -> dict[str, Any]:
     with gr.Row():
         class_preset = gr.Button("Class race", size="sm", elem_id="rc-preset-class")
         bench_preset = gr.Button("Benchmark race", size="sm", elem_id="rc-preset-benchmark")
-    expected = gr.Markdown(race_expected(studio, rid0, iterations0, group0, limit0, choices0[0][1],
-                                         RACE_FORM["eval_every"], RACE_FORM["seeds"], RACE_FORM["eval_repeats"]),
+    # a callable value is computed at every page load: the races run since the studio started count
+    expected = gr.Markdown(lambda: race_expected(studio, rid0, iterations0, group0, limit0, choices0[0][1],
+                                                 RACE_FORM["eval_every"], RACE_FORM["seeds"], RACE_FORM["eval_repeats"]),
                            elem_id="rc-expected")  # fmt: skip
     with gr.Row():
         start = gr.Button("▶ Start the race", variant="primary", elem_id="rc-start")
