@@ -257,16 +257,18 @@ def test_a_session_switch_refreshes_every_tab_by_component(studio):
     update = refresh(RUN)
     # banner; episodes: env, task, split, variation, session line, note, tip box, store button, memory line,
     # 2 dropdowns; 10 form fields, 5 charts, distill ids; 2 adapt dropdowns; 7 tips; race: group, step limit,
-    # note, target
-    assert len(outputs) == 1 + 9 + 2 + 10 + 5 + 1 + 2 + 7 + 4 and set(update) == set(outputs)
+    # note, target, iterations, evaluate every, seeds, test episodes per layout, expected time
+    assert len(outputs) == 1 + 9 + 2 + 10 + 5 + 1 + 2 + 7 + 9 and set(update) == set(outputs)
     form = dict(zip(tt.TRAIN_FIELDS, tr["form"]))
     assert (update[form[("rollout", "group_size")]], update[form[("train", "learning_rate")]],
             update[form[("train", "iterations")]], update[form[("rollout", "p_memory")]]) == (2, 0.01, 1, 0.25)  # fmt: skip
     assert f"`{RUN}`" in update[session_md] and update[ep["checkpoint"]].value == "current"
     assert update[ad["task"]].value == at.unseen_tasks(studio, RUN)[0]
-    group, limit, _note, _target = race["refresh"][1]
+    group, limit, _note, _target, iterations, _every, _seeds, _repeats, expected = race["refresh"][1]
     # the session plays the search family: the race's default is the fixed-family copy (group 8, 8 steps)
     assert (update[group].value, update[limit].value) == (rc.RACE_FORM["group_size"], rc.RACE_ENV.step_limit) == (8, 8)
+    assert update[iterations].value == rc.RACE_FORM["iterations"]  # the class race, and its expected time
+    assert update[expected].value == rc.race_expected(studio, RUN, 15, 8, 8, "trap", 15, 1, 1)
     assert update[tips["refresh"][1][-1]] == TASK  # the Add form's task: the session's
     # what Gradio 6 does with a returned dict: one value per declared output, placed by component
     from gradio.blocks import convert_component_dict_to_list

@@ -239,10 +239,8 @@ def build_race_tab(studio: Studio, run_id: gr.State) -> dict[str, Any]:
     with gr.Row():
         class_preset = gr.Button("Class race", size="sm", elem_id="rc-preset-class")
         bench_preset = gr.Button("Benchmark race", size="sm", elem_id="rc-preset-benchmark")
-    # a callable value is computed at every page load: the races run since the studio started count
-    expected = gr.Markdown(lambda: race_expected(studio, rid0, iterations0, group0, limit0, choices0[0][1],
-                                                 RACE_FORM["eval_every"], RACE_FORM["seeds"], RACE_FORM["eval_repeats"]),
-                           elem_id="rc-expected")  # fmt: skip
+    expected = gr.Markdown(race_expected(studio, rid0, iterations0, group0, limit0, choices0[0][1], RACE_FORM["eval_every"],
+                                         RACE_FORM["seeds"], RACE_FORM["eval_repeats"]), elem_id="rc-expected")  # fmt: skip
     with gr.Row():
         start = gr.Button("▶ Start the race", variant="primary", elem_id="rc-start")
         stop = gr.Button("■ Stop", elem_id="rc-stop")
@@ -273,11 +271,17 @@ def build_race_tab(studio: Studio, run_id: gr.State) -> dict[str, Any]:
     target.input(pick, [run_id, target], [group, limit])
 
     def refresh(rid: str) -> dict[Any, Any]:
-        """A session switch: what it races by default, its group size and step limit, what to expect
-        (the iteration count is kept)."""
-        _, g, s = race_defaults(studio, rid)
+        """A page load or session switch: the class race for what the session races by default (its
+        group size and step limit), what to expect, and its expected time, from the races this machine
+        has run by now."""
+        it, g, s = race_defaults(studio, rid)
         choices = target_choices(studio, rid)
+        f = RACE_FORM
         return {group: gr.Number(value=g), limit: gr.Number(value=s), note: gr.Markdown(race_note(studio, rid)),
-                target: gr.Radio(choices=choices, value=choices[0][1])}  # fmt: skip
+                target: gr.Radio(choices=choices, value=choices[0][1]), iterations: gr.Number(value=it),
+                every: gr.Number(value=f["eval_every"]), seeds: gr.Number(value=f["seeds"]),
+                repeats: gr.Number(value=f["eval_repeats"]),
+                expected: gr.Markdown(race_expected(studio, rid, it, g, s, choices[0][1], f["eval_every"], f["seeds"],
+                                                    f["eval_repeats"]))}  # fmt: skip
 
-    return {"panel": panel, "refresh": (refresh, [group, limit, note, target])}
+    return {"panel": panel, "refresh": (refresh, [group, limit, note, target, iterations, every, seeds, repeats, expected])}

@@ -61,10 +61,18 @@ def test_play_the_lesson(page, studio_url, artifacts):
 def test_race_draws_both_arms_their_evaluations_and_a_verdict(page, studio_url, artifacts):
     page.goto(studio_url)
     page.get_by_role("tab", name="Race (EMPO² vs GRPO)").click()
-    # the open session plays the search family: the race defaults to the fixed family's benchmark race
+    # the open session plays the search family: the race defaults to the fixed family's class race
     page.wait_for_function("document.querySelector('#rc-group input').value === '8'")
+    page.locator("#rc-expected").get_by_text(re.compile(r"Expected time")).wait_for()
     assert page.locator("#rc-target input:checked").input_value() == "trap"
-    assert [page.locator(f"#rc-{k} input").input_value() for k in ("iterations", "eval-every", "seeds", "step-limit")] == ["60", "10", "1", "8"]
+    form = ("iterations", "eval-every", "seeds", "step-limit", "eval-repeats")
+    assert [page.locator(f"#rc-{k} input").input_value() for k in form] == ["15", "15", "1", "8", "1"]
+    page.locator("#rc-preset-benchmark").click()  # the benchmark race, one click away, with its own time
+    page.wait_for_function("document.querySelector('#rc-iterations input').value === '60'")
+    assert [page.locator(f"#rc-{k} input").input_value() for k in form] == ["60", "10", "1", "8", "4"]
+    page.locator("#rc-expected").get_by_text(re.compile(r"Expected time on this machine: about \d")).wait_for()
+    page.locator("#rc-preset-class").click()
+    page.wait_for_function("document.querySelector('#rc-eval-repeats input').value === '1'")
     assert "search family" in page.locator("#rc-note").inner_text()
     empty_note = page.locator("#rc-chart text.annotation-text").first
     empty_note.wait_for(timeout=30_000)

@@ -19,9 +19,17 @@ def test_stop_during_the_evaluation_before_training_ends_the_race_within_10_s(pa
     page.goto(url)
     page.get_by_role("tab", name="Race (EMPO² vs GRPO)").click()
     page.wait_for_function("document.querySelector('#rc-iterations input').value !== ''")
-    # a long evaluation (12 test layouts × 40 episodes) so the click surely lands inside it
-    page.locator("#rc-eval-repeats input").fill("40")
-    page.locator("#rc-eval-repeats input").press("Enter")
+    # a long evaluation (12 test layouts × 40 episodes) so the click surely lands inside it; the page-load
+    # refresh sets the form back to the class race, so a value typed before it lands is typed again
+    box = page.locator("#rc-eval-repeats input")
+    for _ in range(5):
+        box.fill("40")
+        box.press("Enter")
+        page.wait_for_timeout(3000)
+        if box.input_value() == "40":
+            break
+    assert box.input_value() == "40"
+    page.locator("#rc-expected").get_by_text(re.compile(r"test episode")).wait_for()
     page.locator("#rc-expected").get_by_text(re.compile(r"test episode")).wait_for()
     page.locator("#rc-start").click()
     status = page.locator("#rc-status")
