@@ -38,12 +38,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
 
-from empo2_studio.config import WARM_START_DIR, RunConfig, auto_warm_start  # noqa: E402
+from empo2_studio.config import WARM_START_DIR, RunConfig  # noqa: E402
 from empo2_studio.envs.actions import jaccard, words  # noqa: E402
 from empo2_studio.envs.scienceworld import HELD_OUT_TASKS, ScienceWorldEnv  # noqa: E402
 from empo2_studio.policy import Turn, load_policy, prompts  # noqa: E402
 from empo2_studio.rollout import play_group, seed_policy  # noqa: E402
-from empo2_studio.sessions import default_sessions_root, fresh_dir  # noqa: E402
+from empo2_studio.sessions import auto_warm_start, default_sessions_root, fresh_dir  # noqa: E402
 from empo2_studio.types import RetrievedTip  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -4,9 +4,8 @@ Defaults follow ../shared/method.md (paper App. D.2 and the authors' recipe) whe
 project's scale; each departure is noted in the field's docstring and in docs/departures.md. Imports only the
 stdlib and `types`. Every choice set is written once, as a Literal alias; its tuple is read with `get_args`.
 
-`RunConfig.validate()` rejects bad values before anything starts and names the bad value and the valid
-ones. `to_json`/`from_json` round-trip the config stored as `sessions/<run_id>/config.json`.
-"""
+`RunConfig.validate()` rejects bad values, naming the bad value and the valid ones; `to_json`/`from_json`
+round-trip the config stored as `sessions/<run_id>/config.json`."""
 
 from __future__ import annotations
 
@@ -59,16 +58,7 @@ EMBEDDED_MODEL = "smollm2-135m-instruct"
 WARM_START_DIR = Path(__file__).resolve().parents[1] / "assets" / "warmstart"
 DEFAULT_WARM_START = f"{EMBEDDED_MODEL}-route"
 """The folder under WARM_START_DIR that `PolicyConfig.warm_start` "auto" loads (its history: policy.loading)."""
-SCIENCEWORLD_WARM_START = f"{EMBEDDED_MODEL}-scienceworld"
-"""The folder "auto" gives a ScienceWorld session instead (`auto_warm_start`; scripts/make_sw_warmstart.py)."""
-
-
-def auto_warm_start(env_name: str) -> str:
-    """The folder under WARM_START_DIR that "auto" means for a session of `env_name`: the ScienceWorld
-    adapter for "scienceworld" (while it is there), `DEFAULT_WARM_START` for every other environment."""
-    if env_name == "scienceworld" and (WARM_START_DIR / SCIENCEWORLD_WARM_START / "adapter_config.json").is_file():
-        return SCIENCEWORLD_WARM_START
-    return DEFAULT_WARM_START
+SCIENCEWORLD_WARM_START = f"{EMBEDDED_MODEL}-scienceworld"  # "auto" of a ScienceWorld session: sessions.auto_warm_start
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,13 @@ from typing import Any
 
 from filelock import FileLock
 
-from empo2_studio.config import EMBEDDED_MODEL, WARM_START_DIR, RunConfig, auto_warm_start
+from empo2_studio.config import (
+    DEFAULT_WARM_START,
+    EMBEDDED_MODEL,
+    SCIENCEWORLD_WARM_START,
+    WARM_START_DIR,
+    RunConfig,
+)
 from empo2_studio.durable import append_jsonl, atomic_write, finite, fsync_dir, last_jsonl, read_jsonl
 from empo2_studio.types import Episode
 
@@ -50,10 +56,18 @@ def default_sessions_root() -> Path:
     return Path(os.environ.get("EMPO2_SESSIONS_DIR") or "sessions")
 
 
+def auto_warm_start(env_name: str) -> str:
+    """The folder under WARM_START_DIR that "auto" means for a session of `env_name`: the ScienceWorld
+    adapter for "scienceworld" (while it is there), `DEFAULT_WARM_START` for every other environment."""
+    if env_name == "scienceworld" and (WARM_START_DIR / SCIENCEWORLD_WARM_START / "adapter_config.json").is_file():
+        return SCIENCEWORLD_WARM_START
+    return DEFAULT_WARM_START
+
+
 def absolute_paths(cfg: RunConfig) -> RunConfig:
     """`cfg` with its `policy.adapter` and `policy.warm_start` folders absolute ("~" expanded), and a warm
     start of "auto" for the embedded model replaced by the folder "auto" loads today for the run's environment
-    (`config.auto_warm_start`: the ScienceWorld adapter for ScienceWorld, else `DEFAULT_WARM_START`),
+    (`auto_warm_start`: the ScienceWorld adapter for ScienceWorld, else `DEFAULT_WARM_START`),
     so a session keeps its weights when the default changes. Kept as they are: "none", an empty value
     (refused by `policy.loading.warm_start_dir`), and "auto" when an adapter is given, the model is another
     one, or the default folder is missing (the load then names the command that builds it)."""

@@ -342,14 +342,12 @@ def test_train_ctrl_c_resume_eval_distill_subprocess(tmp_path, capsys, monkeypat
 def test_auto_picks_the_warm_start_by_environment(tmp_path, monkeypatch):
     """A ScienceWorld session starts from the ScienceWorld adapter while it is there, the trap's from
     the route adapter; without the ScienceWorld folder both get the route adapter."""
-    import empo2_studio.config as config
     import empo2_studio.sessions as sessions
     from empo2_studio.config import DEFAULT_WARM_START, SCIENCEWORLD_WARM_START, EnvConfig, RunConfig
 
     for name in (DEFAULT_WARM_START, SCIENCEWORLD_WARM_START):
         (tmp_path / name).mkdir()
         (tmp_path / name / "adapter_config.json").write_text("{}")
-    monkeypatch.setattr(config, "WARM_START_DIR", tmp_path)
     monkeypatch.setattr(sessions, "WARM_START_DIR", tmp_path)
     sw = RunConfig(env=EnvConfig(name="scienceworld", task="power-component"))
     assert sessions.absolute_paths(sw).policy.warm_start == str(tmp_path / SCIENCEWORLD_WARM_START)
