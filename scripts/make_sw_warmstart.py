@@ -18,7 +18,7 @@ Only the train and dev variations of tasks outside `HELD_OUT_TASKS` are read: th
 the test bed of the Lesson, the race and adaptation, and a task named there is refused by name. The
 adapter's `warmstart.json` lists every task and variation it saw (a test fails on a held-out one).
 
-    .venv/bin/python scripts/make_sw_warmstart.py            # the shipped adapter (~25 min on a 2-core CPU)
+    .venv/bin/python scripts/make_sw_warmstart.py --paths /tmp/sw_paths.json   # the shipped adapter (~55 min on a loaded 2-core CPU)
     .venv/bin/python scripts/make_sw_warmstart.py --tasks power-component --variations 2 --out /tmp/sw   # a quick try
 """
 
@@ -121,13 +121,13 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tasks", nargs="+", default=list(DEFAULT_TASKS))
     ap.add_argument("--splits", nargs="+", choices=["train", "dev"], default=["train", "dev"])
-    ap.add_argument("--variations", type=int, default=6, help="variations per task and split (the first N)")
-    ap.add_argument("--per-variation", type=int, default=2, help="note-following conversations per variation")
+    ap.add_argument("--variations", type=int, default=3, help="variations per task and split (the first N)")
+    ap.add_argument("--per-variation", type=int, default=1, help="note-following conversations per variation")
     ap.add_argument("--whole-share", type=float, default=0.25, help="share of the notes shown whole at every step")
     ap.add_argument("--init", type=Path, default=DEFAULT_INIT, help="the adapter to fine-tune (its KL anchor)")
     ap.add_argument("--anchor-weight", type=float, default=1.0)
     ap.add_argument("--epochs", type=int, default=1)
-    ap.add_argument("--batch", type=int, default=2)
+    ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--lr", type=float, default=3e-4)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)

@@ -34,7 +34,7 @@ START = (
     "curated tips rescue it, distillation makes it succeed without them. **Episodes** plays one naive and "
     "one memory episode of the open session side by side; **Tips**, **Train**, **Race**, **Adapt** and "
     "**Sessions** go further. ScienceWorld is one click away (right); the embedded 135M model rarely "
-    "scores there (the Episodes tab says what it plays)."
+    "scores there on its own, and follows a tip that lists the steps (the Episodes tab says what it plays)."
 )
 
 
