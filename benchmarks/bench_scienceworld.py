@@ -56,12 +56,8 @@ TASKS = {"power-component": [15, 16, 17, 18], "chemistry-mix-paint-secondary-col
 """Three tasks with short gold paths (7–20 steps) and their first four test variations."""
 
 
-def plan_note(actions: list[str]) -> str:
-    return "To finish the task: " + prompts.PLAN_SEPARATOR.join(actions) + "."
-
-
 def path_turns(env: ScienceWorldEnv, policy, task: str, variation: int, actions: list[str], note: str | None
-               ) -> tuple[list[Turn], list[tuple[str, ...]]]:
+               ) -> list[Turn]:
     """The mapped gold path as policy turns with `note` pinned (cut by remaining_plan), until done."""
     fmt = policy.chat_format
     obs = env.reset(task, variation)
@@ -79,7 +75,7 @@ def path_turns(env: ScienceWorldEnv, policy, task: str, variation: int, actions:
         obs = result.observation
         if result.done:
             break
-    return turns, [t.valid_actions for t in turns]
+    return turns
 
 
 WRONG_FOCUS_CANDIDATES = 12
@@ -112,7 +108,7 @@ def part_probs(args, policy, env) -> tuple[list[str], dict]:
             rows = []
             for v in variations:
                 actions, _ = env.valid_gold_path(task, v)
-                turns, _ = path_turns(env, policy, task, v, actions, plan_note(actions) if note_kind == "plan" else None)
+                turns = path_turns(env, policy, task, v, actions, prompts.plan_note(actions) if note_kind == "plan" else None)
                 with torch.no_grad():
                     ps = [float(lp.sum().exp()) for lp in policy.score([turns])[0]]
                 k = next(i for i, a in enumerate(actions[: len(turns)]) if a.startswith("focus on"))
@@ -143,7 +139,7 @@ def part_play(args, policy, env) -> tuple[list[str], dict]:
                 won: dict[str, list[bool]] = {"plan": [], "none": []}
                 for v in variations:
                     actions, _ = env.valid_gold_path(task, v)
-                    for kind, note in (("plan", plan_note(actions)), ("none", None)):
+                    for kind, note in (("plan", prompts.plan_note(actions)), ("none", None)):
                         seed_policy(policy, seed * 1000 + v)
                         eps = play_group(
                             envs, policy, PinnedNote(note) if note else None, task=task, variation=v, split="test",

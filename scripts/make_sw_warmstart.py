@@ -54,15 +54,6 @@ PLAN_OPENINGS = ("To finish the task: ", "Plan that worked: ", "Do this: ", "Ste
 """How a training note opens its plan; the plan itself is joined by `prompts.PLAN_SEPARATOR`."""
 
 
-def plan_note(actions: list[str], opening: str = PLAN_OPENINGS[0]) -> str:
-    """A note that states `actions` as a plan `prompts.remaining_plan` can cut.
-
-    >>> plan_note(["go to workshop", "focus on buzzer"])
-    'To finish the task: go to workshop, then focus on buzzer.'
-    """
-    return opening + prompts.PLAN_SEPARATOR.join(actions) + "."
-
-
 def check_tasks(tasks: list[str]) -> None:
     """Raise ValueError naming a held-out or unknown task (the warm start never reads either)."""
     held = [t for t in tasks if t in HELD_OUT_TASKS]
@@ -173,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
                 seen.setdefault(task, []).append(v)
                 for _ in range(args.per_variation):
                     whole = rng.random() < args.whole_share
-                    note = plan_note(actions, rng.choice(PLAN_OPENINGS))
+                    note = prompts.plan_note(actions, rng.choice(PLAN_OPENINGS))
                     follow.append(gold_turns(env, task, v, actions, note, cut=not whole))
                 walks.append(walk_turns(env, task, v, rng))
         print(f"{task}: {len(seen.get(task, []))} variations [{time.time() - t0:.0f} s]", flush=True)

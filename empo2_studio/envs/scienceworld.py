@@ -263,8 +263,8 @@ class ScienceWorldEnv:
         for the butterfly egg). With no such action, the closest one is kept. `score` (−100 … 100) is
         what the mapped path reached within the step limit. The simulator's ticks vary between runs
         (power-component's circuit may score on the last connection or one "wait1" later), so the
-        gold steps after an early win are kept unmapped and a replay should play until `done`. Ends any running episode. Raises
-        ValueError for an unknown task or variation (before a JVM starts)."""
+        gold steps after an early win are kept unmapped and a replay should play until `done`. Ends
+        any running episode. Raises ValueError for an unknown task or variation (before a JVM starts)."""
         gold = self.gold_path(task, variation)
         played: list[str] = []
 
@@ -284,7 +284,8 @@ class ScienceWorldEnv:
                 valid = obs.valid_actions
                 text, _, _, info = self._sim.step(action)
                 target = text.strip(), float(info["score"])
-                ranked = sorted(valid, key=lambda a: (-jaccard(words(action), words(a)), a))
+                gold_words = words(action)
+                ranked = sorted(valid, key=lambda a: (-jaccard(gold_words, words(a)), a))
                 for candidate in ranked[:MAP_CANDIDATES]:
                     replay()
                     result = self.step(candidate)

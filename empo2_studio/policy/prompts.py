@@ -170,6 +170,15 @@ PLAN_SEPARATOR = ", then "
 (`envs.room_notes.record_line`) both write "…: go to kitchen, then focus on X, then turn on X"."""
 
 
+def plan_note(actions: Sequence[str], opening: str = "To finish the task: ") -> str:
+    """A note that states `actions` as a plan `remaining_plan` can cut.
+
+    >>> plan_note(["go to workshop", "focus on buzzer"])
+    'To finish the task: go to workshop, then focus on buzzer.'
+    """
+    return opening + PLAN_SEPARATOR.join(actions) + "."
+
+
 def remaining_plan(note: str, played: Sequence[str]) -> str:
     """`note` with the leading steps of its plan that the agent has already played dropped.
 
