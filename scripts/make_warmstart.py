@@ -10,7 +10,7 @@ What it learns, on the constrained-decoding distribution over the step's valid a
    action, computed from the env's state: `next_action`). The data never uses the variations the
    benchmarks measure on: by default only the trap's dev layouts (variations 24–35 of every task;
    `--splits dev train` adds 0–23, never test 36–47). Two recipes (`--recipe`):
-   - `shipped` (the adapter in assets/): the informative note is the template a teacher's pre-filled tip
+   - `shipped` (the template adapter, no longer shipped): the informative note is the template a teacher's pre-filled tip
      uses (`TrapEnv.curated_tip`) or a "[from the record]" line, half and half, shown as the rollout
      shows it, its plan from the first step not yet played (`prompts.remaining_plan`);
    - `wordings`: a quarter of the notes are the template, a tenth record lines, and the rest a note in a
@@ -53,7 +53,8 @@ observation note (`observation_item`, docs/notebook/2026-12-04-observation-notes
 LoRA adapts the last 12 of the 30 layers (`--last-layers`): autograd stops there, so every later
 backward pass of a run costs 12 layers, not 30, and stores their activations only.
 
-    .venv/bin/python scripts/make_warmstart.py            # the shipped adapter: ~6 min on a quiet 2-core Xeon; writes assets/warmstart/
+    .venv/bin/python scripts/make_warmstart.py            # the template adapter: ~6 min on a quiet 2-core Xeon; writes
+                                                          # assets/warmstart/<model>, not shipped (docs/notebook/2026-12-06-only-what-runs-ships.md)
     .venv/bin/python scripts/make_warmstart.py --recipe wordings --out /tmp/ws   # notes in many wordings (docs/notebook/2026-12-03-notes.md)
     .venv/bin/python scripts/make_warmstart.py --epochs 1 --out /tmp/ws   # a quick try elsewhere
 

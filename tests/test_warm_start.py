@@ -55,13 +55,40 @@ def test_quantization_auto_is_4bit_on_cuda_and_float32_on_cpu():
         resolve_quantization("3bit", "cpu")
 
 
+def shipped_adapters() -> list[str]:
+    """The adapter folders under assets/warmstart that git tracks (what a clone ships); folders there that
+    git does not track (a local rebuild, an experiment) ship nothing. Without git: every folder there."""
+    import subprocess
+
+    try:
+        out = subprocess.run(["git", "ls-files", "--", "."], cwd=WARM_START_DIR, capture_output=True, text=True,
+                             check=True).stdout  # fmt: skip
+    except (OSError, subprocess.CalledProcessError):
+        return sorted(p.name for p in WARM_START_DIR.iterdir() if p.is_dir())
+    return sorted({line.split("/")[0] for line in out.splitlines() if "/" in line})
+
+
+def test_only_the_adapters_a_default_loads_ship():
+    """Issue 48 (5): assets/warmstart holds what a default loads: the trap's warm start ("auto"), the
+    ScienceWorld session's (`sessions.auto_warm_start`) and the note writer (`memory.note_writer` "auto").
+    The adapters they replaced are rebuilt from their commands (docs/notebook/2026-12-06-only-what-runs-ships.md)."""
+    from empo2_studio.config import SCIENCEWORLD_WARM_START
+    from empo2_studio.policy.note_writer import NOTE_WRITER
+    from empo2_studio.sessions import auto_warm_start
+
+    loaded = {auto_warm_start("trap"), auto_warm_start("scienceworld"), NOTE_WRITER}
+    assert loaded == {DEFAULT_WARM_START, SCIENCEWORLD_WARM_START, NOTE_WRITER}
+    shipped = set(shipped_adapters())
+    assert not shipped - loaded, (f"assets/warmstart ships {sorted(shipped - loaded)}, which no default loads: "
+                                  "git rm -r it and give its build command on a notebook page")
+    assert not loaded - shipped, f"a default loads {sorted(loaded - shipped)}, which assets/warmstart does not ship"
+
+
 def test_every_shipped_adapter_fits_the_embedded_model_and_the_default_says_how_it_was_built():
     from empo2_studio.policy.adapter_check import adapter_last_layers, check_adapter
 
     default = WARM_START_DIR / DEFAULT_WARM_START
-    plain, template = WARM_START_DIR / f"{EMBEDDED_MODEL}-plain-words", WARM_START_DIR / EMBEDDED_MODEL
-    walk_back = WARM_START_DIR / f"{EMBEDDED_MODEL}-walk-back"
-    for folder in (default, walk_back, plain, template):  # the defaults before it stay opt-in
+    for folder in (WARM_START_DIR / name for name in shipped_adapters()):
         assert warm_start_dir(PolicyConfig(warm_start=str(folder))) == folder
         check_adapter(folder, PolicyConfig())  # raises on another base, rank, targets or shapes
         assert adapter_last_layers(folder) == 12  # the same layout: runs from any of them cost the same per step
@@ -87,9 +114,9 @@ def test_the_learning_benchmark_starts_both_arms_from_the_warm_start_it_is_given
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod
     spec.loader.exec_module(mod)
-    template = WARM_START_DIR / EMBEDDED_MODEL  # not the default: the option must carry it through
-    args = argparse.Namespace(decoding="constrained", choice_norm="word", choice_pmi=False, warm_start=str(template))
-    assert warm_start_dir(mod.policy_config(args)) == template
+    other = WARM_START_DIR / f"{EMBEDDED_MODEL}-scienceworld"  # not the default: the option must carry it through
+    args = argparse.Namespace(decoding="constrained", choice_norm="word", choice_pmi=False, warm_start=str(other))
+    assert warm_start_dir(mod.policy_config(args)) == other
     assert mod.policy_config(argparse.Namespace(**{**vars(args), "warm_start": "auto"})) == PolicyConfig()
 
 
@@ -97,7 +124,7 @@ def test_no_shipped_adapter_saw_a_held_out_scienceworld_task():
     from empo2_studio.envs.scienceworld import HELD_OUT_TASKS
 
     folders = sorted(p.parent for p in WARM_START_DIR.glob("*/warmstart.json"))
-    assert len(folders) >= 5
+    assert len(folders) >= 3
     for folder in folders:
         meta = json.loads((folder / "warmstart.json").read_text())
         if "scienceworld" in meta.get("envs", []):

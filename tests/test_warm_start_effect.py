@@ -87,7 +87,6 @@ def test_choice_probs_script_both_normalisations_and_the_trap_in_the_target_room
 
 
 ROOT = Path(__file__).resolve().parents[1]
-PLAIN_WORDS = ROOT / "assets" / "warmstart" / "smollm2-135m-instruct-plain-words"
 
 
 def focus_in_ruled_out_room(policy, task: str, variation: int, room: str) -> float:
@@ -102,17 +101,14 @@ def focus_in_ruled_out_room(policy, task: str, variation: int, room: str) -> flo
     return bench.focus_share(policy, task, variation, room, note)
 
 
-def test_the_default_leaves_a_room_its_note_rules_out_more_often_than_the_plain_words_adapter(policy):
+def test_the_default_leaves_a_room_its_note_rules_out(policy):
     """The route default (ws33, fine-tuned from the walk-back adapter ws30, itself from the plain-words
-    adapter: docs/notebook/2026-12-05-fine-tuned-from-the-default.md) against the plain-words adapter.
-    Layout 40, standing in the bedroom (a yellow look-alike there) with a note ruling it out: measured 0.26
-    for the default (ws30: 0.20) against 0.96 for the plain-words adapter, which reads "not in the bedroom"
-    as "in" it."""
-    plain = load_policy(PolicyConfig(warm_start=str(PLAIN_WORDS)))
-    assert plain.version == "warm-start"
-    ours = focus_in_ruled_out_room(policy, "trap-water-plant", 40, "bedroom")
-    before = focus_in_ruled_out_room(plain, "trap-water-plant", 40, "bedroom")
-    assert ours <= 0.4 and before >= 0.8
+    adapter: docs/notebook/2026-12-05-fine-tuned-from-the-default.md). Layout 40, standing in the bedroom
+    (a yellow look-alike there) with a note ruling it out: measured 0.26 for the default (ws30: 0.20)
+    against 0.96 for the plain-words adapter, which reads "not in the bedroom" as "in" it. The two older
+    adapters are no longer shipped; `bench_notes.py --parts negation --warm-start DIR` compares a rebuilt
+    one (docs/notebook/2026-12-06-only-what-runs-ships.md)."""
+    assert focus_in_ruled_out_room(policy, "trap-water-plant", 40, "bedroom") <= 0.4
 
 
 def walk_back_turn(policy, variation: int) -> float:
@@ -133,10 +129,9 @@ def walk_back_turn(policy, variation: int) -> float:
     return float(scored[turn].sum().exp())
 
 
-def test_the_route_adapter_heads_for_the_flower_with_the_can_more_often_than_the_walk_back_adapter():
-    """The route adapter (the walk back weighted like the focus, docs/notebook/2026-12-05-route-adapter.md)
-    against the walk-back adapter it was fine-tuned from. Layout 37 (can in the workshop, flower in the
-    bedroom), in the hallway with the can: measured 0.29 against 0.05."""
-    folders = {name: ROOT / "assets" / "warmstart" / f"smollm2-135m-instruct-{name}" for name in ("route", "walk-back")}
-    p = {name: walk_back_turn(load_policy(PolicyConfig(warm_start=str(f))), 37) for name, f in folders.items()}
-    assert p["route"] >= 0.2 and p["walk-back"] <= 0.1, p
+def test_the_route_adapter_heads_for_the_flower_with_the_can(policy):
+    """The route adapter (the walk back weighted like the focus, docs/notebook/2026-12-05-route-adapter.md).
+    Layout 37 (can in the workshop, flower in the bedroom), in the hallway with the can: measured 0.29,
+    against 0.05 for the walk-back adapter it was fine-tuned from (no longer shipped; `bench_notes.py
+    --parts mixed --warm-start DIR` compares a rebuilt one: docs/notebook/2026-12-06-only-what-runs-ships.md)."""
+    assert walk_back_turn(policy, 37) >= 0.2

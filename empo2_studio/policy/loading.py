@@ -18,9 +18,9 @@ from empo2_studio.policy.model_files import embedded_tokenizer_dir, load_tokeniz
 
 # DEFAULT_WARM_START (config), the folder under WARM_START_DIR that "auto" loads, is the route adapter: the
 # walk-back adapter fine-tuned with the walk from the can to the flower weighted like the focus, the default
-# since 2026-12-05, night (docs/notebook/2026-12-05-route-adapter.md). The adapters before it stay beside it,
-# opt-in: `…-walk-back` (which it is built from; the default on 2026-12-05 from the evening), `…-plain-words`
-# (2026-12-04 to 2026-12-05) and the template adapter named EMBEDDED_MODEL (before 2026-12-04).
+# since 2026-12-05, night (docs/notebook/2026-12-05-route-adapter.md). The adapters before it are not shipped:
+# `…-walk-back` (its --init below) and `…-plain-words` (the walk-back's), and the template adapter, are rebuilt by
+# the commands in docs/notebook/2026-12-06-only-what-runs-ships.md.
 WARM_START_COMMAND = (
     ".venv/bin/python scripts/make_warmstart.py --recipe wordings --per-layout 4 --epochs 1 --focus-weight 3 "
     f"--plan-share 0.2 --init assets/warmstart/{EMBEDDED_MODEL}-walk-back --return-trips --return-weight "
@@ -77,7 +77,8 @@ def warm_start_dir(cfg: PolicyConfig) -> Path | None:
         if cfg.model != EMBEDDED_MODEL:
             return None
         folder = WARM_START_DIR / DEFAULT_WARM_START
-        hint = f"build it with `{WARM_START_COMMAND}`, or start without it: --policy.warm-start none"
+        hint = (f"build it with `{WARM_START_COMMAND}` (its --init first: docs/notebook/2026-12-06-only-what-runs-"
+                "ships.md), or start without it: --policy.warm-start none")
     else:
         hint = "give a PEFT adapter directory, \"auto\" or \"none\""
         if not cfg.warm_start.strip():
