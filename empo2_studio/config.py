@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from empo2_studio.types import DECODINGS, ENV_NAMES, NOTE_CONTEXTS, UPDATE_MODES, Decoding, EnvName, NoteContext, UpdateMode
+from empo2_studio.types import DECODINGS, ENV_NAMES, MEMORY_STRUCTURES, NOTE_CONTEXTS, UPDATE_MODES, Decoding, EnvName, MemoryStructure, NoteContext, UpdateMode
 
 Quantization = Literal["auto", "4bit", "8bit", "none"]
 Device = Literal["auto", "cpu", "cuda"]
@@ -29,7 +29,6 @@ ScaleStrategy = Literal["ddp", "fsdp"]
 ScaleSampler = Literal["hf", "vllm"]
 ScaleEnvPool = Literal["local", "ray"]
 ChoiceNorm = Literal["word", "token", "sum"]
-# Each choice set is written once, as the Literal above; these tuples are read from it.
 QUANTIZATIONS: tuple[Quantization, ...] = get_args(Quantization)
 DEVICES: tuple[Device, ...] = get_args(Device)
 CHOICE_NORMS: tuple[ChoiceNorm, ...] = get_args(ChoiceNorm)
@@ -145,6 +144,8 @@ class MemoryConfig:
     """Who writes the tips (`policy.note_writer`): auto (the shipped writer for the embedded model), none, or an adapter dir."""
     note_context: NoteContext = "auto"
     """A tip follows the whole episode (§2) or joins one note per observation; auto: as the writer was trained."""
+    structure: MemoryStructure = "flat"
+    """flat: one list per variation, best score first (paper §2); structured: groups by place, ranked by similarity and used/helped counts (docs/memory-structure.md)."""
 
 
 @dataclass(frozen=True)
@@ -292,11 +293,11 @@ class RunConfig:
             _positive("policy.max_tip_tokens", p.max_tip_tokens)
         _choice("policy.device", p.device, DEVICES)
         m = self.memory
-        _choice("memory.embedder", m.embedder, EMBEDDER_NAMES)
+        for name, valid in (("embedder", EMBEDDER_NAMES), ("note_context", NOTE_CONTEXTS), ("structure", MEMORY_STRUCTURES)):
+            _choice(f"memory.{name}", getattr(m, name), valid)
         _between("memory.similarity_threshold", m.similarity_threshold, -1.0, 1.0)
         _positive("memory.top_k", m.top_k)
         _positive("memory.max_tips_per_partition", m.max_tips_per_partition)
-        _choice("memory.note_context", m.note_context, NOTE_CONTEXTS)
         if m.note_writer not in (None, "auto", "none") and not os.path.isfile(os.path.join(m.note_writer, "adapter_config.json")):
             raise ValueError(f"memory.note_writer {m.note_writer!r} is not a PEFT adapter directory (no adapter_config.json)")
         r = self.rollout
@@ -336,9 +337,8 @@ class RunConfig:
             _positive(f"train.{name}", getattr(t, name))
         sc = self.scale
         _positive("scale.processes", sc.processes)
-        _choice("scale.strategy", sc.strategy, SCALE_STRATEGIES)
-        _choice("scale.sampler", sc.sampler, SCALE_SAMPLERS)
-        _choice("scale.env_pool", sc.env_pool, SCALE_ENV_POOLS)
+        for name, valid in (("strategy", SCALE_STRATEGIES), ("sampler", SCALE_SAMPLERS), ("env_pool", SCALE_ENV_POOLS)):
+            _choice(f"scale.{name}", getattr(sc, name), valid)
         if sc.sampler == "vllm" and not sc.vllm_urls:
             raise ValueError("scale.sampler 'vllm' needs at least one server in scale.vllm_urls, got none")
         for url in sc.vllm_urls:

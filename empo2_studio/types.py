@@ -42,6 +42,10 @@ NoteContext = Literal["auto", "episode", "observation"]
 (`memory.reflection.write_observation_notes`); auto: what the note writer was trained on
 (`policy.note_writer.note_context`)."""
 
+MemoryStructure = Literal["flat", "structured"]
+"""How the tip memory is organised: one list per variation ranked by score (paper §2), or groups by task
+and place with used/helped counts, merges and a cap per group (`memory.structure`, docs/memory-structure.md)."""
+
 # Each choice set is written once, as the Literal above; these tuples are read from it.
 ENV_NAMES: tuple[EnvName, ...] = get_args(EnvName)
 SPLITS: tuple[Split, ...] = get_args(Split)
@@ -50,6 +54,7 @@ UPDATE_MODES: tuple[UpdateMode, ...] = get_args(UpdateMode)
 DECODINGS: tuple[Decoding, ...] = get_args(Decoding)
 TIP_ORIGINS: tuple[TipOrigin, ...] = get_args(TipOrigin)
 NOTE_CONTEXTS: tuple[NoteContext, ...] = get_args(NoteContext)
+MEMORY_STRUCTURES: tuple[MemoryStructure, ...] = get_args(MemoryStructure)
 
 
 def rollout_mode_of(update_mode: UpdateMode) -> RolloutMode:

@@ -83,6 +83,16 @@ class TextEnv(Protocol):
         knowledge of their observation text stays here, not in memory/."""
         ...
 
+    def places(self, task: str) -> tuple[str, ...]:
+        """Every place an observation of `task` can put the agent in (the groups of a structured tip
+        memory, `envs.places`); raises ValueError for an unknown task."""
+        ...
+
+    def place_of(self, observation: str) -> str | None:
+        """The place the observation text says the agent is in ("This room is called the kitchen.",
+        "You move to the kitchen."), or None when it names none (`envs.places.place_in`)."""
+        ...
+
 
 def make_env(cfg: EnvConfig) -> TextEnv:
     """Build the environment named by `cfg.name` ("trap" or "scienceworld").

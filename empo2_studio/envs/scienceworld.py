@@ -27,6 +27,7 @@ from typing import Any
 from scienceworld.constants import ID2TASK
 
 from empo2_studio.envs.actions import correct_action, jaccard, words
+from empo2_studio.envs.places import SCIENCEWORLD_PLACES, place_in
 from empo2_studio.envs.room_notes import episode_record
 from empo2_studio.types import Episode, Observation, Split, StepResult
 
@@ -363,6 +364,15 @@ class ScienceWorldEnv:
         if self._finalizer is not None:
             self._finalizer()
         self._sim = self._proc = self._finalizer = self._loaded = self._episode = None
+
+    def places(self, task: str) -> tuple[str, ...]:
+        """ScienceWorld's ten locations (`envs.places.SCIENCEWORLD_PLACES`); ValueError for an unknown task."""
+        check_task(task)
+        return SCIENCEWORLD_PLACES
+
+    def place_of(self, observation: str) -> str | None:
+        """The location the observation says the agent is in, or None (`envs.places.place_in`)."""
+        return place_in(observation, SCIENCEWORLD_PLACES)
 
     def summarise_episode(self, episode: Episode) -> str | None:
         """The episode's record line (`envs.room_notes`: ScienceWorld describes rooms in the words the

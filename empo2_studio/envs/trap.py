@@ -32,6 +32,7 @@ import numbers
 from dataclasses import dataclass, field
 
 from empo2_studio.envs.actions import correct_action
+from empo2_studio.envs.places import TRAP_PLACES, place_in
 from empo2_studio.envs.room_notes import episode_record, record_line
 from empo2_studio.envs.trap_world import (
     CAN,
@@ -239,6 +240,15 @@ class TrapEnv:
         """The episode's record line (`envs.room_notes`); None when it has nothing to say or the env
         was built with `record_line=False`."""
         return (episode_record(episode) or None) if self.record_line else None
+
+    def places(self, task: str) -> tuple[str, ...]:
+        """The trap's five rooms (`envs.places.TRAP_PLACES`); ValueError for an unknown task."""
+        self._check_task(task)
+        return TRAP_PLACES
+
+    def place_of(self, observation: str) -> str | None:
+        """The room the observation says the agent is in, or None (`envs.places.place_in`)."""
+        return place_in(observation, TRAP_PLACES)
 
     # ---- rules ---------------------------------------------------------------------------------
     def _score(self) -> float:

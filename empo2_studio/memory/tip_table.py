@@ -90,7 +90,7 @@ class TipTable:
         with FileLock(str(path / ".write.lock"), timeout=120):
             history = rec.read_history(path)
             if not (path / f"{TABLE}.lance").is_dir():  # LanceDB keeps a local table in <name>.lance/
-                table = db.create_table(TABLE, schema=rec.tip_record_model(embedder.dim))
+                table = db.create_table(TABLE, schema=cls.record_model(embedder.dim))
                 history = [{"name": embedder.name, "dim": embedder.dim, "from_version": table.version}]
                 rec.write_history(path, history)
             elif not history:  # table without a record: trust it only if the dimension fits
@@ -108,6 +108,11 @@ class TipTable:
             if verify_embedder:
                 raise EmbedderMismatchError(mismatch)
         return cls(path, db, embedder, cfg, mismatch)
+
+    @staticmethod
+    def record_model(dim: int) -> type:
+        """The table's schema (`records.tip_record_model`; the structured store adds its columns)."""
+        return rec.tip_record_model(dim)
 
     @property
     def version(self) -> int:
@@ -189,7 +194,8 @@ class TipTable:
             vectors = embedder.embed([r["key_text"] for r in data]) if data else np.zeros((0, embedder.dim), np.float32)
             for r, v in zip(data, vectors):
                 r["vector"] = v.tolist()
-            schema = rec.tip_record_model(embedder.dim).to_arrow_schema()
+            self._reembed_extra(data, embedder)
+            schema = self.record_model(embedder.dim).to_arrow_schema()
             self._table = self._db.create_table(TABLE, data=pa.Table.from_pylist(data, schema=schema), mode="overwrite")
             history = rec.read_history(self.path) + [
                 {"name": embedder.name, "dim": embedder.dim, "from_version": self._table.version}
@@ -199,6 +205,9 @@ class TipTable:
         return len(data)
 
     # ------------------------------------------------------------------ internals
+    def _reembed_extra(self, rows: list[dict[str, Any]], embedder: Embedder) -> None:
+        """Hook for `reembed`: a subclass re-embeds its other vector columns in `rows` (none here)."""
+
     def _embed(self, texts: list[str]) -> np.ndarray:
         self._check_embedder()
         return self.embedder.embed(texts)
@@ -251,7 +260,7 @@ class TipTable:
                 evict += [r["id"] for r in sorted(existing, key=lambda r: r["seq"])[:overflow]]
             added += fresh
         if added:
-            schema = rec.tip_record_model(self.embedder.dim).to_arrow_schema()
+            schema = self.record_model(self.embedder.dim).to_arrow_schema()
             self._table.add(pa.Table.from_pylist(added, schema=schema))
         if evict:  # after the add: a crash in between leaves a partition over the cap, never loses new tips
             self._table.delete(col("id").isin([lit(i) for i in evict]))

@@ -1,0 +1,174 @@
+"""The rules of the structured tip memory (`memory.structure = "structured"`), as pure functions.
+
+No database here: `grouped_store.py` reads a group's rows from LanceDB and asks these functions what to
+show, merge, retire and evict, so every rule is tested with hand-worked numbers (tests/test_memory_structure.py).
+
+Groups. A tip belongs to one group: (task, variation, place). The place is the room the observation
+showed when the tip's step was played (`TextEnv.place_of`); `ANYWHERE` holds tips that show no place
+(a teacher's tip keyed by its own text, a flat row whose key names no room). The variation stays in the
+group as it stays in the flat partition (paper §2: one memory per variation).
+
+Rank (retrieval inside the group of where the agent is):
+
+    rank = similarity + λ · (helped + 1) / (used + 2)
+
+similarity: cosine between the step's query and the tip's key (−1 … 1); used: episodes that were shown
+the tip; helped: those of them that beat their group's running mean score (`helped_now`); λ =
+`StructureRules.count_weight` (0.5). The fraction is the helped rate with one imagined help and one
+imagined miss (Laplace), so a new tip starts at ½ and a tip needs a few readings before its counts
+outweigh a similarity gap: at λ = 0.5 the count term moves the rank by at most 0.5. Pinned tips (a
+teacher's pick) come first, then rank descending, ties newer first; `max_shown` (MemoryConfig.top_k) are shown.
+
+Writing a tip into its group (`placement`), against the group's live (not retired) tips, with `text_sim`
+the cosine between the tip TEXTS' embeddings:
+- exact duplicate (same text) → merged into the existing tip;
+- near duplicate: text_sim ≥ `near_duplicate` (0.95) and the same outcome → merged;
+- contradiction: text_sim ≥ `contradiction` (0.80) and the opposite outcome (outcome: the source episode
+  scored > 0, or not) → the better record (`record`) stays, the other is retired; ties go to the newer tip;
+- otherwise added.
+Merging sums `used` and `helped` into the kept tip and appends the merged tip's source episode to its
+`merged_sources`; the kept text is never rewritten. After an add, a group over `max_stored` live tips
+retires the worst (`evict`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+ANYWHERE = "anywhere"
+"""The group of tips that show no place; retrieved at an episode's first step with the start room's group."""
+
+
+@dataclass(frozen=True)
+class StructureRules:
+    count_weight: float = 0.5
+    """λ in rank = similarity + λ · (helped + 1) / (used + 2)."""
+    near_duplicate: float = 0.95
+    """Text cosine at or above which two tips of one group with the same outcome are one tip (merged)."""
+    contradiction: float = 0.80
+    """Text cosine at or above which two tips of one group with opposite outcomes contradict."""
+    max_stored: int = 50
+    """Live (not retired) tips kept per group; the worst record is retired beyond it."""
+
+
+@dataclass(frozen=True)
+class Placement:
+    """What writing one tip into its group does."""
+
+    kind: Literal["add", "merge", "contradiction"]
+    target: str = ""
+    """merge: the tip it merges into; contradiction: the tip it contradicts."""
+    winner: Literal["new", "old", ""] = ""
+    """contradiction: which of the two stays live."""
+    similarity: float = 0.0
+
+
+@dataclass(frozen=True)
+class GroupSummary:
+    """One group as the studio's Tips tab shows it."""
+
+    task: str
+    variation: int
+    place: str
+    tips: int
+    """Live tips (retired ones not counted)."""
+    retired: int
+    pinned: int
+    episodes: int
+    """Episodes that read a tip of the group (the running mean's count)."""
+    mean_score: float
+    best: tuple[dict[str, Any], ...] = field(default_factory=tuple)
+    """The best live tips by record: {"id", "text", "used", "helped", "pinned"}."""
+
+    @property
+    def label(self) -> str:
+        return group_label(self.task, self.variation, self.place)
+
+
+def group_label(task: str, variation: int, place: str) -> str:
+    """"power-component · v0 · kitchen": what a group is about, in one line."""
+    return f"{task} · v{variation} · {place}"
+
+
+def rate(used: int, helped: int) -> float:
+    """The smoothed helped rate (helped + 1) / (used + 2): ½ for a tip never read."""
+    return (helped + 1) / (used + 2)
+
+
+def rank(similarity: float, used: int, helped: int, count_weight: float) -> float:
+    """rank = similarity + λ · (helped + 1) / (used + 2) (module docstring)."""
+    return similarity + count_weight * rate(used, helped)
+
+
+def outcome(score: float) -> int:
+    """+1 when the source episode scored above 0, else −1 (0: nothing achieved counts as a miss)."""
+    return 1 if score > 0 else -1
+
+
+def record(row: dict[str, Any]) -> tuple[float, float]:
+    """Sort key of a tip's record, larger is better: its helped rate, then recency (created_at)."""
+    return rate(int(row["used"]), int(row["helped"])), float(row["created_at"])
+
+
+def retrieval_order(rows: Sequence[dict[str, Any]], sims: Sequence[float], count_weight: float,
+                    max_shown: int) -> list[int]:  # fmt: skip
+    """Indices of the live rows to show, best first: pinned first, then rank desc, ties newer first."""
+    live = [i for i, r in enumerate(rows) if r["enabled"] and not r["retired"]]
+    live.sort(key=lambda i: (not rows[i]["pinned"], -rank(sims[i], rows[i]["used"], rows[i]["helped"], count_weight),
+                             -rows[i]["created_at"]))  # fmt: skip
+    return live[:max_shown]
+
+
+def placement(text: str, score: float, created_at: float, rows: Sequence[dict[str, Any]],
+              text_sims: Sequence[float], rules: StructureRules) -> Placement:  # fmt: skip
+    """Where a new tip (text, source score) goes among its group's rows (module docstring). `text_sims[i]`
+    is the cosine between the new text's embedding and row i's. Retired rows are never matched."""
+    live = [i for i, r in enumerate(rows) if not r["retired"]]
+    for i in live:
+        if rows[i]["text"] == text:
+            return Placement("merge", rows[i]["id"], similarity=1.0)
+    mine = outcome(score)
+    for i in sorted(live, key=lambda i: -text_sims[i]):
+        sim = float(text_sims[i])
+        same = outcome(float(rows[i]["score"])) == mine
+        if same and sim >= rules.near_duplicate:
+            return Placement("merge", rows[i]["id"], similarity=sim)
+        if not same and sim >= rules.contradiction:
+            new = (rate(0, 0), created_at)
+            winner = "new" if new >= record(rows[i]) else "old"  # a tie goes to the newer tip
+            return Placement("contradiction", rows[i]["id"], winner, sim)
+    return Placement("add")
+
+
+def evict(rows: Sequence[dict[str, Any]], max_stored: int) -> list[str]:
+    """Ids of the live, unpinned tips to retire so the group keeps `max_stored` live tips: worst record
+    first (lowest helped rate, then oldest). Pinned tips are never evicted."""
+    live = [r for r in rows if not r["retired"]]
+    over = len(live) - max_stored
+    if over <= 0:
+        return []
+    candidates = sorted((r for r in live if not r["pinned"]), key=record)
+    return [r["id"] for r in candidates[:over]]
+
+
+def helped_now(score: float, episodes: int, mean_score: float) -> bool:
+    """Did an episode that read the group's tips beat the group's running mean? With no earlier episode
+    the mean is taken as 0 (helped = the episode scored above 0)."""
+    return score > (mean_score if episodes else 0.0)
+
+
+def updated_mean(episodes: int, mean_score: float, score: float) -> tuple[int, float]:
+    """The group's (episodes, running mean) after one more episode scoring `score`."""
+    n = episodes + 1
+    return n, mean_score + (score - mean_score) / n
+
+
+def check_place(place: Any, known: Sequence[str], task: str) -> str:
+    """`place` if it is one of the environment's places for `task` or `ANYWHERE`, else ValueError naming
+    the valid groups."""
+    valid = [*known, ANYWHERE]
+    if place not in valid:
+        raise ValueError(f"unknown group {place!r} for task {task!r}; the environment knows: {', '.join(valid)}")
+    return place

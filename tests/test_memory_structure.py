@@ -1,0 +1,284 @@
+"""The structured tip memory (`memory.structure = "structured"`): its rules with hand-worked numbers, and
+`StructuredTipStore` on LanceDB: groups by place, feedback counts, merges, contradictions, caps, bad
+input, and the flat → structured → flat round trip."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from empo2_studio.config import MemoryConfig, RunConfig
+from empo2_studio.envs.places import SCIENCEWORLD_PLACES, TRAP_PLACES, place_in
+from empo2_studio.envs.trap import TrapEnv
+from empo2_studio.memory import HashEmbedder, TipStore
+from empo2_studio.memory import structure as st
+from empo2_studio.memory.grouped_store import StructuredTipStore
+from empo2_studio.types import ActionSample, Episode, RetrievedTip, Step
+
+TASK = "trap-light-bulb"
+HALL = "This room is called the hallway. In it, you see: a coat rack. Doors lead to: the workshop."
+SHOP = "You go to the workshop. This room is called the workshop. In it, you see: a red light bulb."
+
+
+class KeyedEmbedder:
+    """Texts containing a listed phrase get that phrase's unit vector; any other text a hashed one (16-d)."""
+
+    name, dim = "keyed", 16
+
+    def __init__(self, table: dict[str, list[float]] | None = None) -> None:
+        self.table = {k: np.asarray(v, np.float32) / np.linalg.norm(v) for k, v in (table or {}).items()}
+        self.hash = HashEmbedder(16)
+
+    def embed(self, texts):
+        out = []
+        for t in texts:
+            hit = next((v for k, v in self.table.items() if k in t), None)
+            out.append(hit if hit is not None else self.hash.embed([t])[0])
+        return np.asarray(out, np.float32).reshape(len(out), self.dim)
+
+
+def _unit(i: int, j: int | None = None, c: float = 1.0) -> list[float]:
+    """Unit vector e_i, or (e_i·c + e_j·√(1−c²)): cosine c with e_i."""
+    v = np.zeros(16)
+    v[i] = c
+    if j is not None:
+        v[j] = np.sqrt(1 - c * c)
+    return v.tolist()
+
+
+def _episode(eid: str, actions, observations, score: float, *, first=HALL, tips=()) -> Episode:
+    steps = tuple(
+        Step(index=i, user_message=f"obs {i}", tips=tuple(tips) if i == 0 else (), valid_actions=(a,),
+             sample=ActionSample(text=a, token_ids=(1,), logprobs=(0.0,)), action=a, corrected=False,
+             reward=0.0, score=0.0, observation=o)
+        for i, (a, o) in enumerate(zip(actions, observations))
+    )  # fmt: skip
+    return Episode(episode_id=eid, env="trap", task=TASK, variation=0, split="train", rollout_mode="memory",
+                   update_mode="off-policy", decoding="constrained", temperature=1.0, seed=0, steps=steps,
+                   score=score, won=score >= 100, first_observation=first)  # fmt: skip
+
+
+def _store(tmp_path, embedder=None, rules=None, **cfg) -> StructuredTipStore:
+    return StructuredTipStore.open(tmp_path / "s.lance", embedder or KeyedEmbedder(), MemoryConfig(**cfg),
+                                   world=TrapEnv(), rules=rules)  # fmt: skip
+
+
+def _shown(tip_id: str) -> RetrievedTip:
+    return RetrievedTip(tip_id, "t", 0.0, 0.5)
+
+
+# ---- the rules, by hand --------------------------------------------------------------------------------------
+def test_rank_is_similarity_plus_smoothed_helped_rate():
+    assert st.rank(0.9, 0, 0, 0.5) == pytest.approx(0.9 + 0.5 * 1 / 2)  # 1.15: a new tip
+    assert st.rank(0.6, 4, 4, 0.5) == pytest.approx(0.6 + 0.5 * 5 / 6)  # 1.0167
+    assert st.rank(0.7, 4, 0, 0.5) == pytest.approx(0.7 + 0.5 * 1 / 6)  # 0.7833
+    rows = [dict(id=k, enabled=True, retired=r, pinned=p, used=u, helped=h, created_at=c)
+            for k, r, p, u, h, c in [("A", False, False, 0, 0, 1), ("B", False, False, 4, 4, 2),
+                                     ("C", False, True, 4, 0, 3), ("D", True, False, 9, 9, 4)]]  # fmt: skip
+    sims = [0.9, 0.6, 0.7, 0.99]
+    order = st.retrieval_order(rows, sims, 0.5, 10)
+    assert [rows[i]["id"] for i in order] == ["C", "A", "B"]  # pinned first; retired D never
+    assert [rows[i]["id"] for i in st.retrieval_order(rows, sims, 0.5, 2)] == ["C", "A"]  # the shown cap
+    rows[0]["created_at"], sims[0] = 0, sims[1]  # A and B at one similarity: B's record wins
+    assert [rows[i]["id"] for i in st.retrieval_order(rows, sims, 0.5, 3)] == ["C", "B", "A"]
+
+
+def _row(i, text="old", score=100.0, used=0, helped=0, created_at=1.0, retired=False, pinned=False):
+    return dict(id=i, text=text, score=score, used=used, helped=helped, created_at=created_at, retired=retired, pinned=pinned)
+
+
+@pytest.mark.parametrize("sim, new_score, old, expect", [
+    (0.3, 50.0, _row("a", text="same"), ("merge", "a", "")),                       # exact text: merged
+    (0.96, 50.0, _row("a"), ("merge", "a", "")),                                   # near duplicate, same outcome
+    (0.94, 50.0, _row("a"), ("add", "", "")),                                      # below 0.95: a new tip
+    (0.85, -100.0, _row("a", used=2, helped=2), ("contradiction", "a", "old")),    # old 3/4 beats new 1/2
+    (0.85, -100.0, _row("a", used=2, helped=0), ("contradiction", "a", "new")),    # old 1/4 loses to 1/2
+    (0.85, 0.0, _row("a"), ("contradiction", "a", "new")),                         # 1/2 vs 1/2: the newer wins
+    (0.79, -100.0, _row("a"), ("add", "", "")),                                    # below 0.80: no contradiction
+    (0.99, -100.0, _row("a", retired=True), ("add", "", "")),                      # a retired tip is never matched
+])  # fmt: skip
+def test_placement(sim, new_score, old, expect):
+    p = st.placement("same", new_score, 5.0, [old], [sim], st.StructureRules())
+    assert (p.kind, p.target, p.winner) == expect
+
+
+def test_evict_retires_the_worst_unpinned_records():
+    rows = [_row("p", used=9, helped=0, pinned=True), _row("a", used=2, helped=0, created_at=1),
+            _row("b", used=2, helped=0, created_at=2), _row("c", used=2, helped=2), _row("x", retired=True)]  # fmt: skip
+    assert st.evict(rows, 2) == ["a", "b"]  # rates: p 1/11 (pinned), a 1/4 older, b 1/4, c 3/4
+    assert st.evict(rows, 4) == []
+
+
+def test_helped_against_the_running_mean():
+    n, mean = 0, 0.0
+    assert st.helped_now(25.0, n, mean)  # no earlier episode: above 0
+    n, mean = st.updated_mean(n, mean, 25.0)
+    assert (n, mean) == (1, 25.0) and not st.helped_now(0.0, n, mean)
+    n, mean = st.updated_mean(n, mean, 0.0)
+    assert (n, mean) == (2, 12.5) and st.helped_now(100.0, n, mean)
+    assert st.updated_mean(n, mean, 100.0) == (3, pytest.approx(125 / 3))
+
+
+def test_places_read_from_the_observations():
+    assert place_in(SHOP, TRAP_PLACES) == "workshop" and place_in("You focus on the bulb.", TRAP_PLACES) is None
+    assert place_in("You teleport to the art studio. This room is called the art studio.", SCIENCEWORLD_PLACES) == "art studio"
+    assert place_in("You move to the kitchen.", SCIENCEWORLD_PLACES) == "kitchen"
+    assert place_in("This outside location is called the outside. Here you see:", SCIENCEWORLD_PLACES) == "outside"
+    assert TrapEnv().place_of(HALL + " " + SHOP) == "workshop"  # the last place named is where the agent is
+    with pytest.raises(ValueError, match="unknown trap task"):
+        TrapEnv().places("no-such-task")
+
+
+def test_config_option():
+    assert MemoryConfig().structure == "flat"
+    assert RunConfig().with_overrides(memory={"structure": "structured"}).validate().memory.structure == "structured"
+    with pytest.raises(ValueError, match=r"memory.structure must be one of \['flat', 'structured'\]"):
+        RunConfig().with_overrides(memory={"structure": "graph"}).validate()
+
+
+# ---- the store -----------------------------------------------------------------------------------------------
+def test_episode_tips_go_to_the_group_of_each_steps_place(tmp_path):
+    s = _store(tmp_path)
+    added = s.add_episode_tips(_episode("e1", ["go to workshop", "focus on red light bulb"], [SHOP, "You focus."], 50.0),
+                               "the bulb is in the workshop", "conv")  # fmt: skip
+    assert len(added) == 2
+    places = {r["action"]: r["place"] for g in ("hallway", "workshop") for r in s.group_rows(TASK, 0, g)}
+    assert places == {"go to workshop": "hallway", "focus on red light bulb": "workshop"}
+    assert all(r["source_episode_id"] == "e1" for r in s.group_rows(TASK, 0, "hallway"))
+
+
+def test_retrieval_stays_in_the_group_of_the_place(tmp_path):
+    s = _store(tmp_path)
+    hall = s.add_tip(TASK, 0, "hall tip", place="hallway")
+    shop = s.add_tip(TASK, 0, "shop tip", place="workshop")
+    anywhere = s.add_tip(TASK, 0, "task tip")
+    [(in_shop, _)] = s.retrieve_explained(TASK, 0, ["some query"], places=["workshop"])
+    assert {t.tip_id for t in in_shop} == {shop.tip_id, anywhere.tip_id}
+    [(from_text, _)] = s.retrieve_explained(TASK, 0, [HALL])  # no place given: the query's own
+    assert {t.tip_id for t in from_text} == {hall.tip_id, anywhere.tip_id}
+
+
+def test_feedback_counts_used_and_helped_against_the_groups_mean(tmp_path):
+    s = _store(tmp_path)
+    tip = s.add_tip(TASK, 0, "go to the workshop", place="hallway")
+    for eid, score in (("e1", 100.0), ("e2", 50.0), ("e3", 90.0)):
+        s.record_episode(_episode(eid, ["look around"], [HALL], score, tips=[_shown(tip.tip_id)]))
+    row = s.group_rows(TASK, 0, "hallway")[0]
+    # e1: 100 > 0 (no mean yet) helped; mean 100. e2: 50 < 100 not; mean 75. e3: 90 > 75 helped; mean 80.
+    assert (row["used"], row["helped"]) == (3, 2)
+    [g] = s.groups()
+    assert (g.label, g.tips, g.episodes, g.mean_score) == (f"{TASK} · v0 · hallway", 1, 3, pytest.approx(80.0))
+    assert g.best[0]["used"] == 3 and g.best[0]["helped"] == 2
+
+
+def test_duplicates_merge_with_counts_summed_and_text_kept(tmp_path):
+    emb = KeyedEmbedder({"bulb is in the workshop": _unit(0), "bulb sits in the workshop": _unit(0, 1, 0.97)})
+    s = _store(tmp_path, emb)
+    s.add_episode_tips(_episode("e1", ["go to workshop"], [SHOP], 50.0), "the bulb is in the workshop", "conv")
+    s.add_episode_tips(_episode("e2", ["go to workshop"], [SHOP], 75.0), "the bulb is in the workshop", "conv")  # exact
+    s.add_episode_tips(_episode("e3", ["go to workshop"], [SHOP], 25.0), "the bulb sits in the workshop", "conv")  # cos .97
+    [row] = s.group_rows(TASK, 0, "hallway")
+    assert row["text"].startswith("the bulb is in the workshop") and row["source_episode_id"] == "e1"
+    assert row["merged_sources"] == "e2 e3"
+    # by hand: merge sums the counts into the kept tip
+    a = s.add_tip(TASK, 0, "apples grow on trees", place="kitchen")
+    b = s.add_tip(TASK, 0, "the key is under the mat", place="kitchen")
+    for eid, score in (("x1", 100.0), ("x2", 0.0)):
+        s.record_episode(_episode(eid, ["look around"], [HALL], score, tips=[_shown(a.tip_id)]))
+    s.record_episode(_episode("x3", ["look around"], [HALL], 100.0, tips=[_shown(b.tip_id)]))
+    kept = s.merge(a.tip_id, [b.tip_id])
+    [row] = s.group_rows(TASK, 0, "kitchen")
+    assert (kept.text, row["used"], row["helped"]) == ("apples grow on trees", 3, 2)  # a: 2 used 1 helped; b: 1 used 1 helped
+    with pytest.raises(ValueError, match="not in group"):
+        s.merge(a.tip_id, [s.add_tip(TASK, 0, "elsewhere", place="bedroom").tip_id])
+
+
+@pytest.mark.parametrize("old_counts, winner", [((2, 2), "old"), ((2, 0), "new")])
+def test_a_contradiction_keeps_the_better_record(tmp_path, old_counts, winner):
+    emb = KeyedEmbedder({"the bulb is here": _unit(0), "the bulb is not here": _unit(0, 1, 0.9)})
+    s = _store(tmp_path, emb)
+    old = s.add_tip(TASK, 0, "the bulb is here", place="workshop", score=100.0)
+    for k in range(old_counts[0]):
+        score = 50.0 + 50.0 * k if k < old_counts[1] else -100.0  # 50 > 0, then 100 > 50: each beats the mean
+        s.record_episode(_episode(f"o{k}", ["look around"], [SHOP], score, tips=[_shown(old.tip_id)]))
+    s.add_episode_tips(_episode("bad", ["look around", "focus on blue light bulb"], [SHOP, "failed"], -100.0, first=SHOP),
+                       "the bulb is not here", "conv")  # fmt: skip
+    rows = {r["id"] == old.tip_id: r for r in s.group_rows(TASK, 0, "workshop")}
+    loser = rows[winner == "new"]
+    assert loser["retired"] and loser["retired_reason"].startswith("contradicted by")
+    assert not rows[winner == "old"]["retired"]
+
+
+def test_caps_on_stored_and_shown(tmp_path):
+    s = _store(tmp_path, rules=st.StructureRules(max_stored=2), top_k=1)
+    texts = ("apples grow on trees", "the key is under the mat", "zebra 42 qq")
+    tips = [s.add_tip(TASK, 0, t, place="kitchen") for t in texts]
+    rows = s.group_rows(TASK, 0, "kitchen")
+    assert sum(not r["retired"] for r in rows) == 2
+    [retired] = [r for r in rows if r["retired"]]
+    assert retired["id"] == tips[0].tip_id and retired["retired_reason"] == "over the group cap (2)"  # oldest of equal records
+    [(shown, skipped)] = s.retrieve_explained(TASK, 0, ["q"], places=["kitchen"])
+    assert len(shown) == 1 and any(k.reason.startswith("retired: over the group cap") for k in skipped)
+
+
+def test_pin_and_retire(tmp_path):
+    s = _store(tmp_path)
+    a = s.add_tip(TASK, 0, "aaa first", place="kitchen")
+    b = s.add_tip(TASK, 0, "bbb second", place="kitchen")
+    s.pin([b.tip_id])
+    [(shown, _)] = s.retrieve_explained(TASK, 0, ["aaa first"], places=["kitchen"])
+    assert shown[0].tip_id == b.tip_id and shown[0].pinned
+    s.retire([b.tip_id])
+    [(shown, _)] = s.retrieve_explained(TASK, 0, ["aaa first"], places=["kitchen"])
+    assert [t.tip_id for t in shown] == [a.tip_id]
+
+
+@pytest.mark.parametrize("call", [
+    lambda s: s.add_tip(TASK, 0, "tip", place="attic"),
+    lambda s: s.add_tip(TASK, 0, "tip", place=""),
+    lambda s: s.add_tip("no-task", 0, "tip", place="kitchen"),
+])  # fmt: skip
+def test_an_unknown_group_is_refused_naming_the_valid_ones(tmp_path, call):
+    s = _store(tmp_path)
+    s.add_tip(TASK, 0, "existing", place="kitchen")
+    before = (s.count(), s.version)
+    with pytest.raises(ValueError, match=r"hallway, kitchen, workshop, greenhouse, bedroom, anywhere|unknown trap task"):
+        call(s)
+    assert (s.count(), s.version) == before
+
+
+def test_import_refuses_an_unknown_group_and_imports_nothing(tmp_path):
+    s = _store(tmp_path)
+    f = tmp_path / "bad.jsonl"
+    lines = [{"task": TASK, "variation": 0, "text": "ok", "score": 0, "place": "kitchen"},
+             {"task": TASK, "variation": 0, "text": "bad", "score": 0, "place": "attic"}]  # fmt: skip
+    f.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    with pytest.raises(ValueError, match=r"tip 2 .*unknown group 'attic'.*anywhere"):
+        s.import_jsonl(f)
+    assert s.count() == 0
+
+
+def test_flat_export_imports_into_groups_and_back_with_nothing_lost(tmp_path):
+    flat = TipStore.open(tmp_path / "flat.lance", HashEmbedder(), MemoryConfig())
+    flat.add_episode_tips(_episode("e1", ["go to workshop", "look around"], [SHOP, SHOP], 50.0),
+                          "the bulb is in the workshop", HALL + " user: x " + SHOP)  # fmt: skip
+    flat.add_tip(TASK, 0, "a teacher's tip")
+    flat.add_tip(TASK, 1, "a tip of variation 1")
+    n = flat.export_jsonl(tmp_path / "flat.jsonl")
+    s = StructuredTipStore.open(tmp_path / "s.lance", HashEmbedder(), MemoryConfig(), world=TrapEnv())
+    result = s.import_jsonl(tmp_path / "flat.jsonl")
+    assert (n, result.added, result.skipped_duplicates, s.count()) == (4, 4, 0, 4)
+    assert {(g.variation, g.place, g.tips) for g in s.groups()} == {(0, "workshop", 2), (0, "anywhere", 1), (1, "anywhere", 1)}
+    assert s.export_jsonl(tmp_path / "back.jsonl", flat=True) == 4
+    again = TipStore.open(tmp_path / "again.lance", HashEmbedder(), MemoryConfig())
+    assert again.import_jsonl(tmp_path / "back.jsonl").added == 4
+    key = lambda t: (t.tip_id, t.task, t.variation, t.text, t.score, t.source_episode_id, t.enabled)  # noqa: E731
+    assert sorted(map(key, again.list_tips())) == sorted(map(key, flat.list_tips()))
+    # a structured export keeps groups and counts through another structured store
+    s.record_episode(_episode("r", ["look around"], [SHOP], 100.0, tips=[_shown(s.group_rows(TASK, 0, "anywhere")[0]["id"])]))
+    s.export_jsonl(tmp_path / "structured.jsonl")
+    other = StructuredTipStore.open(tmp_path / "o.lance", HashEmbedder(), MemoryConfig(), world=TrapEnv())
+    assert other.import_jsonl(tmp_path / "structured.jsonl").added == 4
+    assert [(g.place, g.tips, g.best[0]["used"]) for g in other.groups()] == [(g.place, g.tips, g.best[0]["used"]) for g in s.groups()]
