@@ -25,6 +25,8 @@ Run:  PYTHONPATH=. .venv/bin/python benchmarks/bench_learning.py            (def
       ... --task trap-light-bulb-fixed --eval-every 10                       (the fixed family; evaluate every 10)
       ... --decoding action --choice-norm word [--choice-pmi]                (whole-action choice, both arms)
       ... --arms EMPO2 --threads 1 & ... --arms GRPO --threads 1; --merge DIR DIR  (two processes side by side)
+      ... --result NAME                                                      (also benchmarks/results/NAME.json,
+                                                                             rewritten every iteration; with --merge too)
 Every iteration line prints its time per phase (sampling, env, scoring, backward, memory).
 """
 
@@ -34,6 +36,7 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -49,6 +52,9 @@ from empo2_studio.policy import load_policy  # noqa: E402
 from empo2_studio.race import ARMS, race_verdict, reads_tips  # noqa: E402
 from empo2_studio.sessions import Session, default_sessions_root, fresh_dir  # noqa: E402
 from empo2_studio.trainer import Trainer  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _results import add_result_option, write_result  # noqa: E402
 
 
 
@@ -238,7 +244,7 @@ def trap_figure(results: dict[str, dict[int, dict]], seeds: list[int], path: Pat
     fig.write_html(str(path), include_plotlyjs="cdn")
 
 
-def run_scienceworld(args: argparse.Namespace, root: Path, embedder, policy) -> str:
+def run_scienceworld(args: argparse.Namespace, root: Path, embedder, policy) -> tuple[str, list[dict]]:
     cfg = RunConfig(
         run_id="scienceworld-short",
         seed=0,
@@ -250,6 +256,7 @@ def run_scienceworld(args: argparse.Namespace, root: Path, embedder, policy) -> 
     session = Session.create(root, cfg)
     trainer = Trainer(cfg, session, policy=policy, embedder=embedder)
     modes = (["on-policy", "off-policy"] * args.sw_iterations)[: args.sw_iterations]
+    rows: list[dict] = []
     phases = ("sampling", "env", "scoring", "backward", "memory")
     lines = [
         f"ScienceWorld {args.sw_task}, variation 0, {args.sw_group_size} episodes × ≤ {args.sw_step_limit} steps",
@@ -260,6 +267,7 @@ def run_scienceworld(args: argparse.Namespace, root: Path, embedder, policy) -> 
     try:
         for mode in modes:
             m = trainer.step(forced_mode=mode).metrics
+            rows.append({"iteration": trainer.iteration, "mode": mode, **m})
             lines.append(
                 f"| {trainer.iteration} | {mode} | {m['rollout/score_mean']:.1f} | {m['rollout/success_rate']:.2f} | "
                 f"{m['memory/tips_retrieved_mean']:.1f} | "
@@ -269,7 +277,7 @@ def run_scienceworld(args: argparse.Namespace, root: Path, embedder, policy) -> 
             print(lines[-1], flush=True)
     finally:
         trainer.close()
-    return "\n".join(lines)
+    return "\n".join(lines), rows
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -315,9 +323,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--merge", type=Path, nargs="+", metavar="DIR", default=None,
                     help="runs nothing: combine the learning.json of these benchmark folders (e.g. one process "
                          "per arm, --threads 1) into one table and figure, written to the first folder")
+    add_result_option(ap)
     args = ap.parse_args(argv)
+    started = time.perf_counter()
     if args.merge:
-        return merge(args.merge)
+        return merge(args.merge, args.result, argv)
     torch.set_num_threads(max(1, min(args.threads, os.cpu_count() or 1)))
     _, root = fresh_dir(args.root or default_sessions_root(), time.strftime("bench_learning-%Y%m%d-%H%M%S"))
     embedder = make_embedder("minilm")
@@ -342,21 +352,38 @@ def main(argv: list[str] | None = None) -> int:
                 {arm: {str(s): v for s, v in r.items()} for arm, r in results.items()}, default=float, indent=1
             ))  # fmt: skip
             trap_figure(results, args.seeds, root / "learning.html")
-            (root / "learning.md").write_text("\n".join([*report, heading, "", trap_table(results, args.iterations, args.seeds), ""]))
+            table = trap_table(results, args.iterations, args.seeds)
+            (root / "learning.md").write_text("\n".join([*report, heading, "", table, ""]))
+            write_result(args.result, __file__, argv, started, args.seeds, {"trap": per_seed(results)},
+                         report="\n".join([heading, "", table]), warm_start=args.warm_start)  # fmt: skip
 
         results = run_trap(args, root, embedder, policy, save)
         report += [heading, "", trap_table(results, args.iterations, args.seeds), ""]
+    data = {} if args.skip_trap else {"trap": per_seed(results)}
     if not args.skip_scienceworld:
-        report += ["## ScienceWorld short run", "", run_scienceworld(args, root, embedder, policy), ""]
+        sw_text, data["scienceworld"] = run_scienceworld(args, root, embedder, policy)
+        report += ["## ScienceWorld short run", "", sw_text, ""]
     text = "\n".join(report)
+    write_result(args.result, __file__, argv, started, args.seeds, data, report=text, warm_start=args.warm_start)
     (root / "learning.md").write_text(text)
     print("\n" + text)
     print(f"\nwritten: {root}/learning.md" + ("" if args.skip_trap else f", {root}/learning.html"))
     return 0
 
 
-def merge(folders: list[Path]) -> int:
-    """Combine benchmark folders' learning.json (arms and seeds) into merged.md / merged.html in the first."""
+def per_seed(results: dict[str, dict[int, dict]]) -> dict[str, dict[str, dict]]:
+    """What a result file keeps of `run_trap`'s results: per arm and seed, the training success and score
+    per iteration, the evaluations and the seconds (not every metric of every iteration)."""
+    keep = ("rollout/success_rate", "rollout/score_mean")
+    return {arm: {str(seed): {**{k.split("/")[1]: [row[k] for row in run["rows"]] for k in keep},
+                              "eval_start": run.get("eval_start", {}), "evals": run.get("evals", []),
+                              "eval": run.get("eval", {}), "seconds": run.get("time", 0.0)}
+                  for seed, run in runs.items()} for arm, runs in results.items()}  # fmt: skip
+
+
+def merge(folders: list[Path], result: str | None = None, argv: list[str] | None = None) -> int:
+    """Combine benchmark folders' learning.json (arms and seeds) into merged.md / merged.html in the first
+    (and into benchmarks/results/RESULT.json, its seconds the runs' training seconds)."""
     results: dict[str, dict[int, dict]] = {}
     for folder in folders:
         path = folder / "learning.json"
@@ -370,6 +397,8 @@ def merge(folders: list[Path]) -> int:
                       trap_table(results, iterations, seeds), ""])  # fmt: skip
     (folders[0] / "merged.md").write_text(text)
     trap_figure(results, seeds, folders[0] / "merged.html")
+    write_result(result, __file__, argv, 0.0, seeds, {"trap": per_seed(results)}, report=text,
+                 seconds=sum(run.get("time", 0.0) for runs in results.values() for run in runs.values()))  # fmt: skip
     print(text + f"\nwritten: {folders[0]}/merged.md, {folders[0]}/merged.html")
     return 0
 

@@ -20,7 +20,8 @@ over 16 episodes, time per phase, tokens/s against the CPU's measured float32 ma
 
 Run:  .venv/bin/python benchmarks/bench_lesson.py                      (all parts, ~30 min on 2 cores)
       .venv/bin/python benchmarks/bench_lesson.py --parts notes --seeds 0 1 2
-Results go to stdout and `<sessions root>/bench_lesson-<time>/lesson.md` (+ lesson.json).
+Results go to stdout and `<sessions root>/bench_lesson-<time>/lesson.md` (+ lesson.json); `--result NAME` also
+writes the numbers, per seed, to benchmarks/results/NAME.json (rewritten after every part).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import json
 import os
 import resource
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -58,6 +60,9 @@ from empo2_studio.rollout import play_group, seed_policy  # noqa: E402
 from empo2_studio.sessions import Session, default_sessions_root, fresh_dir  # noqa: E402
 from empo2_studio.trainer import Trainer  # noqa: E402
 from empo2_studio.types import RetrievedTip  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _results import add_result_option, write_result  # noqa: E402
 
 
 def rss_gb() -> float:
@@ -371,6 +376,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warm-start", default=RunConfig().policy.warm_start, help=f"auto (the default adapter, {DEFAULT_WARM_START}) | none | DIR")
     ap.add_argument("--root", type=Path, default=None, help="sessions root (default: $EMPO2_SESSIONS_DIR or ./sessions)")
     ap.add_argument("--threads", type=int, default=2, help="torch CPU threads (1 when two benchmarks share 2 cores)")
+    add_result_option(ap)
     args = ap.parse_args(argv)
     if args.threads < 1:
         ap.error(f"--threads must be ≥ 1, got {args.threads}")
@@ -405,6 +411,8 @@ def main(argv: list[str] | None = None) -> int:
         report += [text, "", f"({name}: {time.perf_counter() - t:.0f} s)", ""]
         (root / "lesson.md").write_text("\n".join(report))
         (root / "lesson.json").write_text(json.dumps(results, default=float, indent=1))
+        write_result(args.result, __file__, argv, t0, args.seeds, results, parts=list(results),
+                     warm_start=args.warm_start, note_writer=args.note_writer, report="\n".join(report))  # fmt: skip
     print("\n" + "\n".join(report))
     print(f"written: {root}/lesson.md")
     return 0

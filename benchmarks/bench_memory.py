@@ -14,12 +14,13 @@ partition so about 1/8 of a partition passes the threshold, as with real, simila
 Query embedding (the other half of a retrieval) is timed separately with the real MiniLM embedder on
 a conversation-sized text, and with the hash fake.
 
-Run: PYTHONPATH=. .venv/bin/python benchmarks/bench_memory.py [--sizes 1000 10000 100000] [--queries 100]
+Run: PYTHONPATH=. .venv/bin/python benchmarks/bench_memory.py [--sizes 1000 10000 100000] [--queries 100] [--result NAME]
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -30,6 +31,9 @@ import pyarrow as pa
 from empo2_studio.config import MemoryConfig
 from empo2_studio.memory import TipStore
 from empo2_studio.memory.records import tip_record_model
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _results import add_result_option, write_result  # noqa: E402
 
 DIM, THRESHOLD, TOP_K, CLUSTERS, PARTITIONS = 384, 0.5, 10, 8, 30
 
@@ -131,12 +135,15 @@ def bench_embedding(n: int) -> list[tuple[str, np.ndarray]]:
     return rows
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000, 100000])
     ap.add_argument("--queries", type=int, default=100)
     ap.add_argument("--seed", type=int, default=0)
-    args = ap.parse_args()
+    add_result_option(ap)
+    args = ap.parse_args(argv)
+    started = time.perf_counter()
+    out: dict = {"retrieval": [], "embedding": []}
     rng = np.random.default_rng(args.seed)
     print(f"retrieval rule: cosine > {THRESHOLD}, order by score, top {TOP_K}; {args.queries} queries per row\n")
     head = (f"{'layout':<22}{'rows/part':>10}{'hits':>6}{'build s':>8}{'load ms':>8}"
@@ -150,10 +157,15 @@ def main() -> None:
             ratio = np.median(r["store"]) / np.median(r["numpy"])
             print(f"{r['layout']:<22}{r['per_part']:>10}{r['hits']:>6.0f}{r['build_s']:>8.1f}{r['load_ms']:>8.1f}"
                   f"{cells}{ratio:>11.1f}x{r['mismatch']:>6}", flush=True)
+            kept = {k: r[k] for k in ("per_part", "hits", "build_s", "load_ms", "mismatch")}
+            ms = {f"{k}_p{q}_ms": float(np.percentile(r[k], q)) for k in ("lance", "store", "numpy") for q in (50, 95)}
+            out["retrieval"].append({"tips": n, "partitions": parts, **kept, **ms, "store_over_numpy": float(ratio)})
     print("\nquery embedding (one conversation-sized text per call)")
     for name, ms in bench_embedding(max(10, args.queries // 4)):
         p50, p95 = np.percentile(ms, [50, 95])
         print(f"  {name:<8} p50 {p50:7.2f} ms   p95 {p95:7.2f} ms")
+        out["embedding"].append({"embedder": name, "p50_ms": float(p50), "p95_ms": float(p95)})
+    write_result(args.result, __file__, argv, started, [args.seed], out, queries=args.queries)
 
 
 if __name__ == "__main__":

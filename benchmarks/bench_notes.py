@@ -67,7 +67,8 @@ Run:  .venv/bin/python benchmarks/bench_notes.py --parts room --variations 36 37
       .venv/bin/python benchmarks/bench_notes.py --parts write --note-writer none   (the acting adapter writes)
       .venv/bin/python benchmarks/bench_notes.py --parts write --note-writer /tmp/writer   (notes by another adapter)
       .venv/bin/python benchmarks/bench_notes.py --warm-start /tmp/ws               (another adapter)
-Results go to stdout and `<sessions root>/bench_notes-<time>/notes.md` (+ notes.json).
+Results go to stdout and `<sessions root>/bench_notes-<time>/notes.md` (+ notes.json); `--result NAME` also
+writes the numbers, per seed, to benchmarks/results/NAME.json (rewritten after every part).
 """
 
 from __future__ import annotations
@@ -77,6 +78,7 @@ import dataclasses
 import json
 import os
 import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Any, Sequence
@@ -104,6 +106,9 @@ from empo2_studio.rollout import conversation, play_group, seed_policy  # noqa: 
 from empo2_studio.rollout.conversation import transcript  # noqa: E402
 from empo2_studio.sessions import default_sessions_root, fresh_dir  # noqa: E402
 from empo2_studio.types import RetrievedTip  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _results import add_result_option, write_result  # noqa: E402
 
 HELDOUT = Path(__file__).resolve().parent / "data" / "heldout_notes.json"
 SEARCH_TASKS = ("trap-light-bulb", "trap-find-animal", "trap-water-plant")
@@ -799,7 +804,9 @@ def main(argv: list[str] | None = None) -> int:
                          "from a categorical over them (policy.decoding)")
     ap.add_argument("--wordings", type=Path, default=HELDOUT)
     ap.add_argument("--root", type=Path, default=None, help="sessions root (default: $EMPO2_SESSIONS_DIR or ./sessions)")
+    add_result_option(ap)
     args = ap.parse_args(argv)
+    started = time.perf_counter()
     if args.note_writer not in ("auto", "none") and not (Path(args.note_writer) / "adapter_config.json").is_file():
         ap.error(f"--note-writer {args.note_writer!r} is not a PEFT adapter directory (no adapter_config.json); "
                  "build one with scripts/make_warmstart.py --reflect-only --out DIR")  # fmt: skip
@@ -826,6 +833,8 @@ def main(argv: list[str] | None = None) -> int:
         report += lines + ["", f"({name}: {time.perf_counter() - t:.0f} s)", ""]
         (root / "notes.md").write_text("\n".join(report))
         (root / "notes.json").write_text(json.dumps(results, default=float, indent=1))
+        write_result(args.result, __file__, argv, started, args.seeds, results, parts=list(results),
+                     warm_start=args.warm_start, note_writer=args.note_writer, report="\n".join(report))  # fmt: skip
     print("\n" + "\n".join(report))
     print(f"written: {root}/notes.md")
     return 0

@@ -1,6 +1,6 @@
 """Policy benchmarks on the embedded SmolLM2-135M-Instruct (ratios measured in one run).
 
-    PYTHONPATH=. .venv/bin/python benchmarks/bench_policy.py [--turns 30] [--group 8] [--step 20]
+    PYTHONPATH=. .venv/bin/python benchmarks/bench_policy.py [--turns 30] [--group 8] [--step 20] [--result NAME]
 
 1. packed vs per-turn scoring of one episode: tokens processed, wall time, max |Δ log-prob| (fp32);
 2. sampling at step `--step` for a group: per-episode KV caches vs one episode at a time with the whole
@@ -17,12 +17,16 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import torch
 
 from empo2_studio.config import PolicyConfig
 from empo2_studio.policy import ActionRequest, Turn, load_policy
 from empo2_studio.policy.prompts import FINAL_INSTRUCTION
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _results import add_result_option, write_result  # noqa: E402
 
 ROOMS = ("kitchen", "hallway", "workshop", "greenhouse", "bathroom", "living room", "bedroom", "art studio")
 VALID = tuple(f"go to {r}" for r in ROOMS) + ("look around", "open door", "focus on red light bulb", "pick up battery")
@@ -148,7 +152,7 @@ def bench_training(policy, turns: int) -> dict:
     return {"train tokens/s": tok_s, "matmul GFLOP/s": flops / 1e9, "limit tokens/s": limit, "fraction of limit": tok_s / limit}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--turns", type=int, default=30)
     ap.add_argument("--group", type=int, default=8)
@@ -156,7 +160,9 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--sections", default="packed,sampling,lora,memory", help="comma-separated subset to run")
     ap.add_argument("--quantization", default="none", help="for sampling and training (packed is fp32)")
-    args = ap.parse_args()
+    add_result_option(ap)
+    args = ap.parse_args(argv)
+    started = time.perf_counter()
     torch.set_num_threads(args.threads)
     print(f"load average at start: {os.getloadavg()}")
     rows: list[tuple[str, object]] = []
@@ -191,6 +197,7 @@ def main() -> None:
     width = max(len(k) for k, _ in rows)
     for k, v in rows:
         print(f"{k:<{width}}  {v:.4g}" if isinstance(v, float) else f"{k:<{width}}  {v}")
+    write_result(args.result, __file__, argv, started, [], dict(rows), threads=args.threads)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Scale-out benchmark: one EMPO² iteration on 1 vs 2 processes, the all-reduce's cost, tokens/s.
 
-    PYTHONPATH=. .venv/bin/python benchmarks/bench_scale.py [--models tiny embedded] [--processes 1 2]
+    PYTHONPATH=. .venv/bin/python benchmarks/bench_scale.py [--models tiny embedded] [--processes 1 2] [--result NAME]
     PYTHONPATH=. .venv/bin/python benchmarks/bench_scale.py --vllm-url http://127.0.0.1:8000   # GPU check
 
 1. For each model (the tiny random model, the embedded SmolLM2-135M) and process count: a fresh trap
@@ -28,6 +28,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _results import add_result_option, write_result  # noqa: E402
 
 
 def _cfg(args, world: int):
@@ -127,7 +129,7 @@ def run(args, model: str, processes: int) -> dict:
     return json.loads(out.read_text())
 
 
-def vllm_vs_hf(args) -> None:
+def vllm_vs_hf(args) -> dict:
     """Rollout throughput of the vLLM sampler vs the local HF sampler (same model, free decoding)."""
     import torch
 
@@ -151,10 +153,13 @@ def vllm_vs_hf(args) -> None:
         tokens = sum(len(s.sample.token_ids) for ep in eps for s in ep.steps)
         results[name] = (tokens, dt)
         print(f"{name:5s} sampler: {tokens} action tokens in {dt:.1f} s = {tokens / dt:.1f} tokens/s")
-    print(f"vLLM / HF rollout throughput: {(results['vllm'][0] / results['vllm'][1]) / (results['hf'][0] / results['hf'][1]):.2f}×")
+    ratio = (results["vllm"][0] / results["vllm"][1]) / (results["hf"][0] / results["hf"][1])
+    print(f"vLLM / HF rollout throughput: {ratio:.2f}×")
+    return {**{f"{k}_tokens": t for k, (t, _) in results.items()}, **{f"{k}_s": dt for k, (_, dt) in results.items()},
+            "vllm_over_hf": ratio}  # fmt: skip
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", nargs="+", default=["tiny", "embedded"], choices=["tiny", "embedded"])
     p.add_argument("--processes", nargs="+", type=int, default=[1, 2])
@@ -169,12 +174,15 @@ def main() -> None:
     p.add_argument("--model", help=argparse.SUPPRESS)
     p.add_argument("--root", help=argparse.SUPPRESS)
     p.add_argument("--out", help=argparse.SUPPRESS)
-    args = p.parse_args()
+    add_result_option(p)
+    args = p.parse_args(argv)
     if args.worker:
         return worker(args)
+    started = time.perf_counter()
     print(f"load average {os.getloadavg()[0]:.1f} {os.getloadavg()[1]:.1f} {os.getloadavg()[2]:.1f}")
     if args.vllm_url:
-        return vllm_vs_hf(args)
+        write_result(args.result, __file__, argv, started, [0], vllm_vs_hf(args), vllm_model=args.vllm_model)
+        return
     rows = []
     for model in args.models:
         for n in args.processes:
@@ -190,7 +198,9 @@ def main() -> None:
         by = {r["processes"]: r for r in rows if r["model"] == model}
         if 1 in by and 2 in by:
             print(f"{model}: 2 vs 1 processes, iteration time {by[2]['s_per_iteration'] / by[1]['s_per_iteration']:.2f}×")
+            rows.append({"model": model, "2_vs_1_iteration_time": by[2]["s_per_iteration"] / by[1]["s_per_iteration"]})
     print(f"load average {os.getloadavg()[0]:.1f} {os.getloadavg()[1]:.1f} {os.getloadavg()[2]:.1f}")
+    write_result(args.result, __file__, argv, started, [0], rows, iterations=args.iterations, group_size=args.group_size)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,8 @@ success (score 100) per task, mean and min–max over seeds.
     .venv/bin/python benchmarks/bench_scienceworld.py --parts probs --warm-start auto   (the trap's route adapter)
 
 Results go to stdout and `<sessions root>/bench_scienceworld-<time>/scienceworld.md` (+ .json), and the
-summary with the command, commit, seconds and per-seed numbers to `benchmarks/results/` (`--result NAME`).
+summary with the command, commit, seconds and per-seed numbers to `benchmarks/results/NAME.json`
+(`--result NAME`, rewritten after every part).
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ import dataclasses
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -47,10 +47,9 @@ from empo2_studio.sessions import auto_warm_start, default_sessions_root, fresh_
 from empo2_studio.types import RetrievedTip  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _results import add_result_option, write_result  # noqa: E402
 from bench_notes import PinnedNote  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results"
 TASKS = {"power-component": [15, 16, 17, 18], "chemistry-mix-paint-secondary-color": [27, 28, 29, 30],
          "test-conductivity": [675, 676, 677, 678]}  # fmt: skip
 """Three tasks with short gold paths (7–20 steps) and their first four test variations."""
@@ -161,14 +160,6 @@ def part_play(args, policy, env) -> tuple[list[str], dict]:
 PARTS = {"probs": part_probs, "play": part_play}
 
 
-def commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                              check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--parts", nargs="+", default=["probs", "play"], choices=list(PARTS))
@@ -181,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--warm-start", default=str(WARM_START_DIR / auto_warm_start("scienceworld")),
                     help="an adapter DIR (default: what a ScienceWorld session starts from), auto (the trap's) or none")
-    ap.add_argument("--result", default=None, help="also write benchmarks/results/NAME.json")
+    add_result_option(ap)
     ap.add_argument("--root", type=Path, default=None)
     args = ap.parse_args(argv)
     held = [t for t in args.tasks if t in HELD_OUT_TASKS]
@@ -206,14 +197,10 @@ def main(argv: list[str] | None = None) -> int:
             report += lines + ["", f"({name}: {time.perf_counter() - t:.0f} s)", ""]
             (root / "scienceworld.md").write_text("\n".join(report))
             (root / "scienceworld.json").write_text(json.dumps(results, default=float, indent=1))
+            write_result(args.result, __file__, argv, t0, args.seeds, results, parts=list(results),
+                         warm_start=args.warm_start, tasks=args.tasks, report="\n".join(report))  # fmt: skip
     finally:
         env.close()
-    if args.result:
-        RESULTS.mkdir(parents=True, exist_ok=True)
-        summary = {"command": "benchmarks/bench_scienceworld.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-                   "commit": commit(), "seconds": round(time.perf_counter() - t0), "seeds": args.seeds,
-                   "warm_start": args.warm_start, "tasks": args.tasks, "results": results}  # fmt: skip
-        (RESULTS / f"{args.result}.json").write_text(json.dumps(summary, default=float, indent=1))
     print("\n" + "\n".join(report))
     print(f"written: {root}/scienceworld.md")
     return 0
