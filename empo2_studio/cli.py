@@ -240,11 +240,11 @@ def run_adapt(cmd: AdaptCmd) -> int:
     check_unseen_task(session.config, cmd.task)  # before the model loads
     from empo2_studio import evaluation
     from empo2_studio.envs import EnvPool
-    from empo2_studio.memory import TipStore, make_embedder
+    from empo2_studio.memory import make_embedder, open_tip_store
 
     cfg = session.config
     policy, iteration = _load_frozen_policy(session)
-    store = TipStore.open(session.tips_path, make_embedder(cfg.memory.embedder), cfg.memory)
+    store = open_tip_store(session.tips_path, make_embedder(cfg.memory.embedder), cfg.memory, env=cfg.env)
     envs = EnvPool(cfg.env)
     try:
         with tqdm(total=cmd.trials + 1, desc=f"adapt {cmd.task}", unit="trial") as bar:

@@ -25,10 +25,10 @@ def run_tips(cmd: TipsCmd) -> int:
         return OK
     if isinstance(a, TipsImport):  # a missing or malformed file is bad input: exit 2 before the embedder loads
         check_tip_file(a.file)
-    from empo2_studio.memory import TipStore, make_embedder
+    from empo2_studio.memory import make_embedder, open_tip_store
 
     embedder = make_embedder(session.config.memory.embedder)
-    store = TipStore.open(session.tips_path, embedder, session.config.memory, verify_embedder=False)
+    store = open_tip_store(session.tips_path, embedder, session.config.memory, env=session.config.env, verify_embedder=False)
     if isinstance(a, TipsList):
         tips = store.list_tips(task=a.task, variation=a.variation, text_contains=a.contains, limit=a.limit)
         for t in tips:

@@ -66,7 +66,7 @@ class Trainer:
 
     def __init__(self, cfg: RunConfig, session: Any, *, policy: Any | None = None, embedder: Any | None = None,
                  envs: EnvPool | None = None, writer: Any | None = None) -> None:  # fmt: skip
-        from empo2_studio.memory import TipStore, make_embedder
+        from empo2_studio.memory import make_embedder, open_tip_store
         from empo2_studio.policy import load_policy
         from empo2_studio.policy.note_writer import load_note_writer
 
@@ -75,7 +75,7 @@ class Trainer:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         self.policy = policy if policy is not None else load_policy(cfg.policy)
         self.embedder = embedder if embedder is not None else make_embedder(cfg.memory.embedder)
-        self.store = TipStore.open(session.tips_path, self.embedder, cfg.memory)
+        self.store = open_tip_store(session.tips_path, self.embedder, cfg.memory, env=cfg.env)
         self.iteration = 0
         self.rng = random.Random(cfg.seed)
         trainable = [p for p in self.policy.trainable_parameters() if p.requires_grad]

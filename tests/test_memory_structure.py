@@ -282,3 +282,34 @@ def test_flat_export_imports_into_groups_and_back_with_nothing_lost(tmp_path):
     other = StructuredTipStore.open(tmp_path / "o.lance", HashEmbedder(), MemoryConfig(), world=TrapEnv())
     assert other.import_jsonl(tmp_path / "structured.jsonl").added == 4
     assert [(g.place, g.tips, g.best[0]["used"]) for g in other.groups()] == [(g.place, g.tips, g.best[0]["used"]) for g in s.groups()]
+
+
+# ---- the rollout ---------------------------------------------------------------------------------------------
+def test_a_structured_rollout_asks_at_the_start_and_on_entering_a_new_place(tmp_path):
+    from empo2_studio.rollout import play_group, seed_policy, write_group_tips
+    from fakes import ScriptedPolicy
+
+    env = TrapEnv()
+    gold = env.gold_path(TASK, 0)  # go to <room>, focus on the bulb, turn it on
+    room = gold[0].removeprefix("go to ")
+    s = _store(tmp_path, HashEmbedder())
+    hall = s.add_tip(TASK, 0, "a hallway note", place="hallway")
+    there = s.add_tip(TASK, 0, f"a {room} note", place=room)
+    asked: list[list[str]] = []
+    real = s.retrieve_explained
+    s.retrieve_explained = lambda *a, **k: asked.append(list(k["places"])) or real(*a, **k)  # type: ignore[method-assign]
+    actions = iter(["look around", *gold])
+    policy = ScriptedPolicy(lambda request: next(actions))
+    seed_policy(policy, 0)
+    [ep] = play_group([env], policy, s, task=TASK, variation=0, split="train", rollout_mode="memory",
+                      update_mode="off-policy", temperature=1.0, seed=0)  # fmt: skip
+    assert asked == [["hallway"], [room]]  # not again after "look around", nor after the focus
+    assert [[t.tip_id for t in step.tips] for step in ep.steps] == [[hall.tip_id], [hall.tip_id], [there.tip_id],
+                                                                    [there.tip_id]]  # fmt: skip
+    assert ep.won
+    write_group_tips(policy, s, [ep])  # credits the tips the episode read, then stores its own
+    counts = {r["id"]: (r["used"], r["helped"]) for g in ("hallway", room) for r in s.group_rows(TASK, 0, g)}
+    assert counts[hall.tip_id] == (1, 1) and counts[there.tip_id] == (1, 1)
+    [own] = [r for r in s.group_rows(TASK, 0, room) if r["source_episode_id"] == ep.episode_id]
+    # the focus and turn-on entries differ in their action only (text cosine ≥ 0.95): one tip, merged
+    assert own["action"] == gold[1] and own["merged_sources"] == ep.episode_id

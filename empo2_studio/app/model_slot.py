@@ -253,6 +253,6 @@ class ModelSlot:
 
 
 def _open_tip_store(session: Any, embedder: Any) -> Any:
-    from empo2_studio.memory import TipStore
+    from empo2_studio.memory import open_tip_store
 
-    return TipStore.open(session.tips_path, embedder, session.config.memory)
+    return open_tip_store(session.tips_path, embedder, session.config.memory, env=session.config.env)

@@ -5,7 +5,8 @@ Implements the acting half of one EMPO² iteration (paper §4.2, Algorithm 1; me
 - at each step the still-running episodes are asked for their next action in ONE batched sampling
   call, then each env executes its action;
 - memory-mode episodes retrieve tips at every step (query = the conversation so far, tip-free, plus the
-  current observation) and see them appended to that turn's user message; earlier tips blocks stay in
+  current observation; a structured memory is asked at the start and on entering a new place,
+  `rollout.retrieval`) and see them appended to that turn's user message; earlier tips blocks stay in
   the history, as in the recipe;
 - every step records both prompt variants (`Step.user_message` without tips, `Step.tips` to rebuild the
   with-tips one), the sampled tokens with their behaviour log-probs, the executed action, and the
@@ -31,9 +32,11 @@ from typing import TYPE_CHECKING
 from empo2_studio.envs import TextEnv
 from empo2_studio.policy import ActionRequest, Turn, prompts
 from empo2_studio.rollout.conversation import conversation, step_turn, user_turn
+from empo2_studio.rollout.retrieval import KEY_TAIL_CHARS, retrieve_tips  # noqa: F401  (KEY_TAIL_CHARS: re-exported)
+from empo2_studio.rollout.retrieval import cap as _cap
 from empo2_studio.stopping import StopRequested, stop_requested
 from empo2_studio.types import (
-    Episode, Observation, PromptStyle, RetrievedTip, RolloutMode, SkippedTip, Split, Step, UpdateMode,
+    Episode, Observation, PromptStyle, RolloutMode, Split, Step, UpdateMode,
 )  # fmt: skip
 
 if TYPE_CHECKING:  # annotations only: the rollout runs on any object with these members
@@ -78,6 +81,10 @@ class _Live:
     """(tip-free user message, action text) per finished turn: the memory key/query text."""
     steps: list[Step] = field(default_factory=list)
     done: bool = False
+    place: str | None = None
+    """Structured memory: the place the tips in `held` were fetched for (`rollout.retrieval`)."""
+    held: tuple | None = None
+    """The last (tips, skipped) the memory gave this episode."""
     won: bool = False
 
 
@@ -230,20 +237,6 @@ def key_text(episode: Episode) -> str:
     return _cap(prompts.conversation_text([(s.user_message, s.sample.text) for s in episode.steps]))
 
 
-KEY_TAIL_CHARS = 1000
-"""Key and query texts keep the conversation's last this-many characters (about 250 MiniLM word-pieces).
-
-Departure from the recipe, which embeds the whole conversation: all-MiniLM-L6-v2 reads only its first
-256 word-pieces, so every key of a task would embed the same instructions and few-shot opening (cosine
-1.0 between any two conversations of a variation, measured) and the similarity threshold would let
-every tip through. The tail holds the latest observations and actions, so similarity follows the agent's state."""
-
-
-def _cap(text: str) -> str:
-    """The part of a key/query text the embedder should see: its tail (see KEY_TAIL_CHARS)."""
-    return text[-KEY_TAIL_CHARS:]
-
-
 def _play(
     envs: Sequence[TextEnv],
     policy: Policy,
@@ -324,7 +317,7 @@ def _advance(
     """One lock-step: prompt every running episode, sample once for all, execute, record."""
     messages = [prompts.first_user_message(ep.env.name, ep.obs, ep.fewshot) if not ep.steps
                 else prompts.step_user_message(ep.obs, ep.env.name) for ep in running]  # fmt: skip
-    tips, skipped = _retrieve(store, running, messages, task, variation, timings)
+    tips, skipped = retrieve_tips(store, running, messages, task, variation, timings)
     requests = [
         ActionRequest(key=ep.key, turns=(*ep.turns, user_turn(user, t, ep.prompt_style, ep.obs.valid_actions)))
         for ep, user, t in zip(running, messages, tips)
@@ -353,31 +346,6 @@ def _advance(
             ep.done = True
         if on_step is not None:
             on_step(ep.index, step)
-
-
-def _retrieve(
-    store: TipMemory | None, running: list[_Live], messages: list[str], task: str, variation: int, timings: Timings
-) -> tuple[list[list[RetrievedTip]], list[list[SkippedTip]]]:
-    """Tips for every running episode's next prompt, and the nearest ones not shown with the reason:
-    none for naive episodes; the memory episodes' queries (their tip-free conversation so far plus the
-    new message) embedded in one batch. Compact prompts show plans from their first unplayed step
-    (`prompts.remaining_plan`); recorded tips carry that text, so every rebuild sees what was sampled."""
-    found: list[list[RetrievedTip]] = [[] for _ in running]
-    skipped: list[list[SkippedTip]] = [[] for _ in running]
-    wanted = [i for i, ep in enumerate(running) if ep.rollout_mode == "memory"]
-    if not wanted:
-        return found, skipped
-    t0 = time.perf_counter()
-    queries = [_cap(prompts.conversation_text([*running[i].pairs, (messages[i], "")])) for i in wanted]
-    for i, (tips, miss) in zip(wanted, store.retrieve_explained(task, variation, queries)):
-        found[i], skipped[i] = list(tips), list(miss)
-        if running[i].prompt_style == "compact":
-            found[i], cut = prompts.compact_notes_cut(found[i])
-            why = [prompts.compact_cut_reason(found[i], t) for t in cut]
-            skipped[i] = [SkippedTip(t.tip_id, t.text, t.score, t.similarity, w) for t, w in zip(cut, why)] + skipped[i]
-            found[i] = [prompts.with_plan_progress(t, [a for _, a in running[i].pairs]) for t in found[i]]
-    timings.add("memory", t0)
-    return found, skipped
 
 
 def _novelty(results: list, embedder: Embedder | None, novelty: NoveltyReward | None, timings: Timings) -> list[float]:
