@@ -17,6 +17,7 @@ import gradio as gr
 import pandas as pd
 
 from empo2_studio.app.handlers import kept_on_refusal, refused, user_errors, whole_number
+from empo2_studio.app.tip_groups import build_groups_panel
 from empo2_studio.envs import make_env
 
 if TYPE_CHECKING:
@@ -293,6 +294,7 @@ def build_tips_tab(studio: Studio, run_id: gr.State) -> dict[str, Any]:
             a_score = gr.Number(0, label="Score (−100…100)", elem_id="tips-add-score")
         a_text = gr.Textbox(label="Tip text", lines=2, elem_id="tips-add-text")
         add = gr.Button("Add tip", elem_id="tips-add")
+    grouped = build_groups_panel(studio, run_id)
     with gr.Accordion("Import / export / versions", open=False):
         with gr.Row():
             upload = gr.File(label="Import JSONL", file_types=[".jsonl"], type="filepath", elem_id="tips-import")
@@ -341,11 +343,12 @@ def build_tips_tab(studio: Studio, run_id: gr.State) -> dict[str, Any]:
     then_reload(restore.click(partial(restore_version, studio), [run_id, versions], status))
 
     def refresh_for(rid: str) -> dict[Any, Any]:
-        """A session switch: that session's tips, unfiltered, and its task in the Add form."""
+        """A session switch: that session's tips, unfiltered, its task in the Add form, its groups."""
         frame, sel, msg = show(rid, ALL, "", ALL, ALL, "")
         return {f_task: task_choices(studio, rid), table: frame, shown: frame, selected: sel, status: msg,
-                versions: version_choices(studio, rid), a_task: studio.session(rid).config.env.task}  # fmt: skip
+                versions: version_choices(studio, rid), a_task: studio.session(rid).config.env.task,
+                **grouped["refresh"][0](rid)}  # fmt: skip
 
-    return {"refresh": (refresh_for, [f_task, table, shown, selected, status, versions, a_task]),
+    return {"refresh": (refresh_for, [f_task, table, shown, selected, status, versions, a_task, *grouped["refresh"][1]]),
             # opening the tab shows what episodes and training wrote meanwhile, under the current filters
             "on_open": (reload_with_count, filters, [*listing, status])}

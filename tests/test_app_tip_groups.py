@@ -1,0 +1,80 @@
+"""The Tips tab's groups view (app/tip_groups.py) as plain functions, on a structured and a flat session."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import gradio as gr
+import pytest
+
+from empo2_studio.app import tip_groups as tg
+from empo2_studio.app import tips_tab as th
+
+TASK = "trap-light-bulb"
+
+
+@pytest.fixture(scope="module")
+def structured(studio, studio_cfg):
+    cfg = replace(studio_cfg.with_overrides(memory={"structure": "structured"}), run_id="grouped")
+    studio.create_session(cfg)
+    return "grouped"
+
+
+def test_a_flat_session_says_it_has_no_groups(studio):
+    frame, picker, status = tg.groups_view(studio, "studio")
+    assert frame.empty and "flat" in status
+    with pytest.raises(gr.Error, match="flat"):
+        tg.act(studio, "studio", ["x"], "pin")
+
+
+def test_groups_pin_merge_retire_and_export_keep_the_structure(studio, structured, tmp_path):
+    store = studio.store(structured)
+    a = store.add_tip(TASK, 0, "apples grow on trees", place="kitchen")
+    b = store.add_tip(TASK, 0, "the key is under the mat", place="kitchen")
+    store.add_tip(TASK, 0, "a note for anywhere")
+    frame, picker, status = tg.groups_view(studio, structured)
+    assert list(frame["group"]) == [f"{TASK} · v0 · anywhere", f"{TASK} · v0 · kitchen"]
+    assert list(frame["tips"]) == [1, 2] and status == "2 group(s), 3 live tip(s), 0 retired"
+    assert "(0/0)" in frame["best tips (used/helped)"][1]
+    label = f"{TASK} · v0 · kitchen"
+    tips, sel = tg.group_tips(studio, structured, label)
+    assert set(tips["id"]) == {a.tip_id, b.tip_id}
+    assert tg.act(studio, structured, [b.tip_id], "pin") == "pinned 1 tip(s)"
+    assert tg.group_tips(studio, structured, label)[0]["id"][0] == b.tip_id  # pinned first
+    assert tg.act(studio, structured, [b.tip_id], "retire") == "retired 1 tip(s)"
+    assert tg.groups_view(studio, structured)[0]["retired"][1] == 1
+    assert tg.act(studio, structured, [b.tip_id], "unretire") == "unretired 1 tip(s)"
+    assert tg.act(studio, structured, [a.tip_id, b.tip_id], "merge").startswith("merged 1 tip(s) into")
+    assert list(tg.group_tips(studio, structured, label)[0]["text"]) == ["apples grow on trees"]
+    # export / import through the Tips tab keeps the groups
+    path, _ = th.export_tips(studio, structured)
+    store.delete([t.tip_id for t in store.list_tips()])
+    assert th.import_tips(studio, structured, path) == "imported 2 tip(s), skipped 0 duplicate(s)"
+    assert list(tg.groups_view(studio, structured)[0]["group"]) == [f"{TASK} · v0 · anywhere", label]
+
+
+def test_adding_to_a_group_the_environment_does_not_know_is_refused(studio, structured):
+    before = studio.store(structured).count()
+    with pytest.raises(gr.Error, match="unknown group 'attic'.*hallway, kitchen, workshop, greenhouse, bedroom, anywhere"):
+        tg.add_to_group(studio, structured, f"{TASK} · v0 · kitchen", "attic", "a tip", 0)
+    with pytest.raises(gr.Error, match="pick a group first"):
+        tg.add_to_group(studio, structured, None, "", "a tip", 0)
+    assert studio.store(structured).count() == before
+    assert tg.add_to_group(studio, structured, f"{TASK} · v0 · kitchen", "", "bulbs are bright", 0).endswith("kitchen")
+
+
+def test_the_tips_tab_holds_the_groups_panel_and_a_session_switch_fills_it(studio, structured):
+    from empo2_studio.app import layout
+
+    demo = layout.build_blocks(studio)
+    ids = {getattr(b, "elem_id", None) for b in demo.blocks.values()}
+    assert {"tips-groups-panel", "tips-groups", "tips-group-pick", "tips-group-merge", "tips-group-add"} <= ids
+    demo.close()
+    with gr.Blocks():
+        parts = th.build_tips_tab(studio, gr.State("studio"))
+    refresh, outputs = parts["refresh"]
+    for rid, flat in (("studio", True), (structured, False)):
+        update = refresh(rid)
+        assert set(update) == set(outputs)
+        status = next(v for c, v in update.items() if getattr(c, "elem_id", None) == "tips-groups-status")
+        assert ("flat" in status) == flat
