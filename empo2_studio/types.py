@@ -117,6 +117,8 @@ class RetrievedTip:
     """Cosine similarity between the step's conversation and the tip's key (−1 … 1)."""
     pinned: bool = False
     """A curated tip, shown at every step of its task and variation (`MemoryConfig.pin_curated`)."""
+    why: str = ""
+    """Why a structured memory chose it: its group, rank and used/helped counts ("" for a flat memory)."""
 
 
 @dataclass(frozen=True, slots=True)

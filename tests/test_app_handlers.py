@@ -256,9 +256,9 @@ def test_a_session_switch_refreshes_every_tab_by_component(studio):
                                             ad["refresh"], tips["refresh"], race["refresh"]])  # fmt: skip
     update = refresh(RUN)
     # banner; episodes: env, task, split, variation, session line, note, tip box, store button, memory line,
-    # 2 dropdowns; 10 form fields, 5 charts, distill ids; 2 adapt dropdowns; 7 tips; race: group, step limit,
-    # note, target, iterations, evaluate every, seeds, test episodes per layout, expected time
-    assert len(outputs) == 1 + 9 + 2 + 10 + 5 + 1 + 2 + 7 + 9 and set(update) == set(outputs)
+    # 2 dropdowns; 10 form fields, 5 charts, distill ids; 2 adapt dropdowns; 7 tips and 5 of their groups view;
+    # race: group, step limit, note, target, iterations, evaluate every, seeds, test episodes per layout, expected time
+    assert len(outputs) == 1 + 9 + 2 + 10 + 5 + 1 + 2 + 7 + 5 + 9 and set(update) == set(outputs)
     form = dict(zip(tt.TRAIN_FIELDS, tr["form"]))
     assert (update[form[("rollout", "group_size")]], update[form[("train", "learning_rate")]],
             update[form[("train", "iterations")]], update[form[("rollout", "p_memory")]]) == (2, 0.01, 1, 0.25)  # fmt: skip

@@ -168,6 +168,9 @@ def test_feedback_counts_used_and_helped_against_the_groups_mean(tmp_path):
     row = s.group_rows(TASK, 0, "hallway")[0]
     # e1: 100 > 0 (no mean yet) helped; mean 100. e2: 50 < 100 not; mean 75. e3: 90 > 75 helped; mean 80.
     assert (row["used"], row["helped"]) == (3, 2)
+    [([hit], _)] = s.retrieve_explained(TASK, 0, ["go to the workshop"], places=["hallway"])  # key = its own text
+    assert hit.similarity == pytest.approx(1.0, abs=1e-5)
+    assert hit.why == "group hallway · rank 1.30 = similarity 1.00 + 0.5·(2+1)/(3+2) · used 3, helped 2"  # 1 + 0.3
     [g] = s.groups()
     assert (g.label, g.tips, g.episodes, g.mean_score) == (f"{TASK} · v0 · hallway", 1, 3, pytest.approx(80.0))
     assert g.best[0]["used"] == 3 and g.best[0]["helped"] == 2

@@ -22,8 +22,8 @@ def _clip(text: str, n: int = _OBS_CHARS) -> str:
 
 def step_html(step: Step, side: str) -> str:
     """One step card: executed action (marked when corrected), raw model text, reward, running
-    score, the observation after the action and, for the memory side, the tips with similarity and
-    the nearest tips that were not shown with the reason (disabled, below the threshold, outside top-k)."""
+    score, the observation after the action and, for the memory side, the tips with similarity (and,
+    from a structured memory, why each was chosen: group, rank, counts) and the nearest tips that were not shown with the reason (disabled, below the threshold, outside top-k)."""
     corrected = (
         ' <span class="e2-badge e2-corrected" title="the model text was mapped to the closest valid action">'
         "corrected</span>"
@@ -42,7 +42,8 @@ def step_html(step: Step, side: str) -> str:
     if step.tips:
         items = "".join(
             f'<li><span class="e2-sim">{t.similarity:.2f}</span> <span class="e2-tipscore">[{t.score:g}]</span> '
-            f'<span class="e2-tiptext">{escape(_clip(t.text, 240))}</span></li>'
+            f'<span class="e2-tiptext">{escape(_clip(t.text, 240))}</span>'
+            + (f' <span class="e2-why">({escape(t.why)})</span>' if t.why else "") + "</li>"
             for t in step.tips
         )
         parts.append(f'<details class="e2-tips" open><summary>{plural(len(step.tips), "tip")} retrieved</summary>'

@@ -349,6 +349,6 @@ def build_tips_tab(studio: Studio, run_id: gr.State) -> dict[str, Any]:
                 versions: version_choices(studio, rid), a_task: studio.session(rid).config.env.task,
                 **grouped["refresh"][0](rid)}  # fmt: skip
 
-    return {"refresh": (refresh_for, [f_task, table, shown, selected, status, versions, a_task, *grouped["refresh"][1]]),
+    return {"refresh": (refresh_for, [f_task, table, shown, selected, status, versions, *grouped["refresh"][1], a_task]),
             # opening the tab shows what episodes and training wrote meanwhile, under the current filters
             "on_open": (reload_with_count, filters, [*listing, status])}

@@ -275,9 +275,16 @@ class StructuredTipStore(GroupedCuration):
             rows = self._group_rows(task, variation, place) + ([] if place == st.ANYWHERE else self._group_rows(task, variation, st.ANYWHERE))
             sims = [float(np.dot(r["vector"], q)) for r in rows]
             chosen = st.retrieval_order(rows, sims, self.rules.count_weight, self.cfg.top_k)
-            hits = [RetrievedTip(rows[i]["id"], rows[i]["text"], float(rows[i]["score"]), sims[i], bool(rows[i]["pinned"])) for i in chosen]
+            hits = [RetrievedTip(rows[i]["id"], rows[i]["text"], float(rows[i]["score"]), sims[i], bool(rows[i]["pinned"]),
+                                 self._why(rows[i], sims[i])) for i in chosen]  # fmt: skip
             out.append((hits, self._why_not(rows, sims, set(chosen))))
         return out
+
+    def _why(self, r: dict[str, Any], sim: float) -> str:
+        """"group kitchen · pinned · rank 1.03 = similarity 0.78 + 0.5·(1+1)/(2+2) · used 2, helped 1"."""
+        u, h, w = r["used"], r["helped"], self.rules.count_weight
+        pin = " · pinned" if r["pinned"] else ""
+        return f"group {r['place']}{pin} · rank {st.rank(sim, u, h, w):.2f} = similarity {sim:.2f} + {w:g}·({h}+1)/({u}+2) · used {u}, helped {h}"
 
     def _why_not(self, rows: list[dict[str, Any]], sims: list[float], shown: set[int]) -> list[SkippedTip]:
         out = []
