@@ -1,22 +1,20 @@
 """The Lesson tab: the studio's one phenomenon in five stages (see `empo2_studio.lesson`).
 
-An agent stuck in the exploration trap fails (1 · naive); curated tips say where the target is
-(2 · tips); with the tips in its prompt it succeeds (3 · with tips); distillation learns the actions it
-took with tips on the tip-free prompt (4 · distill); and without any tip it now succeeds too
-(5 · naive after distillation). The chart shows the success rate of stages 1, 3 and 5.
+1 · naive fails in the trap; 2 · curated tips say where the target is; 3 · with the tips it succeeds;
+4 · distill learns the actions taken with tips on the tip-free prompt; 5 · naive succeeds too. The
+chart shows the success rate of stages 1, 3 and 5. Tasks: the trap world's, and ScienceWorld's
+find-animal (`lesson.scienceworld`).
 
-The lesson runs on its own trap session, `lesson-<task>` (created on first use with this studio's
-model and embedder), whatever session the page has open, so a ScienceWorld session is never touched
-and the lesson's episodes are the only distillation baseline. *Play the lesson* starts from untrained
-weights: when the task's lesson session has already played, it opens a new one (`lesson-<task>-2`, …);
-the stage buttons continue the current one. Jobs run in the studio's worker threads (one model lock).
+The lesson runs on its own session of the task's env, `lesson-<task>` (created on first use with this
+studio's model and embedder), whatever session the page has open, so the lesson's episodes are the only
+distillation baseline. *Play the lesson* opens a new one (`lesson-<task>-2`, …) when the current one has
+played; the stage buttons continue the current one. Jobs run in the studio's worker threads.
 """
 
 from __future__ import annotations
 
 import re
 import time
-from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -27,11 +25,13 @@ from empo2_studio.app import job_panel as jp
 from empo2_studio.app.handlers import user_errors, whole_number
 from empo2_studio.app.job_panel import JobPanel
 from empo2_studio.app.jobs import Job
-from empo2_studio.config import EnvConfig, RunConfig
+from empo2_studio.config import RunConfig
 from empo2_studio.lesson import (
-    PLAY_STAGES, STAGE_TITLES, STAGES, TRAP_TASKS, Lesson, LessonSettings, StageResult, curated_tip, lesson_countdown,
-    lesson_seconds, minutes_text, rates_from_metrics, rates_note, results_from_metrics,
+    LESSON_TASKS, PLAY_STAGES, STAGE_TITLES, STAGES, TRAP_TASKS, Lesson, LessonSettings, StageResult, curated_tip,
+    lesson_countdown, lesson_env, lesson_seconds, minutes_text, rates_from_metrics, rates_note, results_from_metrics,
 )  # fmt: skip
+from empo2_studio.lesson.run_config import lesson_run_config
+from empo2_studio.lesson.scienceworld import SCIENCEWORLD_NOTE
 from empo2_studio.lesson.timing import UNIT_NAMES
 
 if TYPE_CHECKING:
@@ -40,17 +40,18 @@ if TYPE_CHECKING:
 MAX_TIP_BOXES = 4
 """At most this many variations per lesson (one editable tip box each)."""
 TRAIN_VARIATIONS = tuple(range(24))
+"""Offered variations: train variations of every lesson task (trap 0–23; ScienceWorld find-animal 0–149)."""
+TASK_CHOICES = [(f"{t} (trap)", t) for t in TRAP_TASKS] + [
+    (f"{t} (ScienceWorld)", t) for t in LESSON_TASKS if t not in TRAP_TASKS]
 TABLE_HEADERS = ["variation", "episodes", "successes", "success rate", "mean score"]
 DISTILL_HEADERS = ["step", "loss/policy", "no signal", "grad norm", "seconds"]
 TABLE_MAX_HEIGHT = 480
 """Pixels: room for a header and 10 rows, so 5 variations + "all" or 5 distill steps are never cut."""
 JOB_KIND = "lesson"
 LESSON_LEARNING_RATE = 2e-3
-"""The lesson's LoRA learning rate for Distill now. Measured with the shipped warm start on 16 memory
-episodes of trap-light-bulb variations 0–1 (benchmarks/bench_lesson.py part distill, seeds 0–2): after 3
-steps at 2e-3 naive success 0.00 → 0.38 (0.31–0.44), after 5 (the default) → 0.44 (0.38–0.50) with
-P(the tip's plan action | no tip) 0.24 → 0.77; 3 steps at 1e-3 → 0.35 (0.31–0.38); at 5e-4 (seed 0,
-8 episodes) → 0.25. The training default (1e-4) barely moves the adapter in a few steps."""
+"""The lesson's LoRA learning rate for Distill now (the training default, 1e-4, barely moves the adapter
+in a few steps). On 16 memory episodes of trap-light-bulb variations 0–1 (bench_lesson.py part distill,
+seeds 0–2), naive success after 5 steps 0.00 → 0.44 (0.38–0.50); 3 steps at 1e-3 → 0.35."""
 
 
 # ---- the lesson's own session -----------------------------------------------------------------------
@@ -72,25 +73,19 @@ def current_lesson_id(studio: Studio, task: str) -> str:
 
 
 def lesson_config(studio: Studio, task: str, run_id: str) -> RunConfig:
-    """Config of a new lesson session: the studio's launch session's (same model, LoRA shape,
-    embedder, rollout and training settings) on the trap env and `task`, with the lesson's distillation
-    learning rate (`LESSON_LEARNING_RATE`)."""
-    base = studio.session(studio.default_run_id).config
-    env = replace(base.env, task=task, variations=()) if base.env.name == "trap" else EnvConfig(name="trap", task=task)
-    train = replace(base.train, learning_rate=LESSON_LEARNING_RATE)
-    return replace(base, run_id=run_id, env=env, train=train).validate()
+    """Config of a new lesson session (`lesson.run_config.lesson_run_config` of the launch session's)."""
+    return lesson_run_config(studio.session(studio.default_run_id).config, task, run_id, LESSON_LEARNING_RATE)
 
 
 def lesson_session(studio: Studio, task: str, *, fresh: bool = False) -> Any:
     """Open (or create) the task's current lesson session; with `fresh`, a new one when the current
     one has already played episodes (so the lesson starts from untrained weights)."""
-    if task not in TRAP_TASKS:
-        raise ValueError(f"the lesson runs on the trap env; pick one of {list(TRAP_TASKS)}, got {task!r}")
+    name = lesson_env(task)
     run_id = current_lesson_id(studio, task)
     if (studio.root / run_id / "config.json").is_file():
         session = studio.session(run_id)
-        if session.config.env.name != "trap":
-            raise ValueError(f"session {run_id!r} is not a trap session; rename or remove it")
+        if session.config.env.name != name:
+            raise ValueError(f"session {run_id!r} is not a {name} session; rename or remove it")
         if not fresh or not session.episodes():
             return session
         found = _lesson_ids(studio, task)
@@ -130,7 +125,7 @@ def tip_boxes(task: str | None, variations: Any) -> list[Any]:
         vs = ()
     out = []
     for i in range(MAX_TIP_BOXES):
-        if i < len(vs) and task in TRAP_TASKS:
+        if i < len(vs) and task in LESSON_TASKS:
             out.append(gr.Textbox(value=curated_tip(task, vs[i]), label=f"Tip for variation {vs[i]}", visible=True))
         else:
             out.append(gr.Textbox(value="", visible=False))
@@ -166,15 +161,16 @@ def start_lesson(
     job = studio.jobs.start(JOB_KIND, lambda j: run_lesson_job(studio, j, run_id=run_id, settings=settings,
                                                                  stage=stage, tips=texts),
                             label=f"{label} on {run_id}", run_id=run_id)  # fmt: skip
-    job.update(lesson_run_id=run_id, lesson_stage=stage)
-    return jp.started(job, run_id, session_markdown(studio, run_id))
+    job.update(lesson_run_id=run_id, lesson_stage=stage, lesson_task=task)
+    return jp.started(job, run_id, session_markdown(studio, run_id, lesson_env(task)))
 
 
-def measured_rates(studio: Studio) -> dict[str, float]:
-    """Seconds per unit measured by this machine's lessons (`lesson.timing.rates_from_metrics` over
-    every lesson session of the studio, oldest first, so the newest measurement wins)."""
+def measured_rates(studio: Studio, env: str = "trap") -> dict[str, float]:
+    """Seconds per unit measured by this machine's lessons in `env` (`lesson.timing.rates_from_metrics`
+    over those lesson sessions of the studio, oldest first, so the newest measurement wins)."""
     rows: list[dict] = []
-    sessions = [run_id for task in TRAP_TASKS for _, run_id in _lesson_ids(studio, task)]
+    tasks = [t for t in LESSON_TASKS if lesson_env(t) == env]
+    sessions = [run_id for task in tasks for _, run_id in _lesson_ids(studio, task)]
     for run_id in sorted(sessions, key=lambda r: (studio.root / r / "metrics.jsonl").stat().st_mtime
                          if (studio.root / r / "metrics.jsonl").is_file() else 0.0):  # fmt: skip
         rows += [r for r in studio.session(run_id).metrics() if r.get("kind") == "lesson"]
@@ -189,7 +185,7 @@ def run_lesson_job(
     variation's row, each distill step, as soon as it is computed; `running` True)."""
     job.update(message="preparing the trainer")
     t0 = time.perf_counter()
-    lesson = Lesson(studio.trainer(run_id), settings, rates=measured_rates(studio))
+    lesson = Lesson(studio.trainer(run_id), settings, rates=measured_rates(studio, lesson_env(settings.task)))
     timed = [st for st in STAGES if st in UNIT_NAMES and stage in ("all", st)]  # the stages that take time
     if timed:  # the same figures as the tab's expected time (`time_hint`), counted down as units end
         lesson.countdown = job.countdown = lesson_countdown(len(settings.variations), settings.episodes,
@@ -281,7 +277,8 @@ def poll_lesson(studio: Studio, job_id: str | None, seen: int) -> tuple[Any, ...
         data = job.snapshot()
         results = {**_saved_results(studio, job), **_results_of(data)}
         run_id = data.get("lesson_run_id")
-        return (*lesson_view(results), session_markdown(studio, run_id) if job.finished and run_id else gr.skip())
+        env = lesson_env(data["lesson_task"]) if data.get("lesson_task") in LESSON_TASKS else "trap"
+        return (*lesson_view(results), session_markdown(studio, run_id, env) if job.finished and run_id else gr.skip())
 
     return jp.poll(studio.jobs, job_id, seen, 6, draw)
 
@@ -298,13 +295,14 @@ def _saved_results(studio: Studio, job: Job) -> dict[str, StageResult]:
     return results_from_metrics(session.metrics(), session.config.env.task)
 
 
-def session_markdown(studio: Studio, run_id: str) -> str:
+def session_markdown(studio: Studio, run_id: str, env: str = "trap") -> str:
     """The lesson session line, and the time the default lesson is expected to take here."""
     exists = (studio.root / run_id / "config.json").is_file()
     where = f"`{run_id}`" if exists else f"`{run_id}` (created when the lesson starts)"
     ckpt = studio.session(run_id).latest_checkpoint() if exists else None
     weights = f"distilled weights of iteration {ckpt[0]}" if ckpt else "untrained weights"
-    return f"**Lesson session** {where} · trap env · {weights}\n\n{time_hint(measured_rates(studio))}"
+    note = SCIENCEWORLD_NOTE if env == "scienceworld" else ""
+    return f"**Lesson session** {where} · {env} env · {weights}{note}\n\n{time_hint(measured_rates(studio, env))}"
 
 
 def time_hint(rates: dict[str, float]) -> str:
@@ -321,23 +319,24 @@ def time_hint(rates: dict[str, float]) -> str:
 def lesson_opened(studio: Studio, task: str | None, variations: Any) -> tuple[Any, ...]:
     """Task picked / page loaded: (session markdown, 4 tip boxes, 4 tables, chart) from the task's
     current lesson session (its last recorded stages)."""
-    task = task if task in TRAP_TASKS else TRAP_TASKS[0]
+    task = task if task in LESSON_TASKS else TRAP_TASKS[0]
     run_id = current_lesson_id(studio, task)
     results: dict[str, StageResult] = {}
     if (studio.root / run_id / "config.json").is_file():
         results = results_from_metrics(studio.session(run_id).metrics(), task)
-    return (session_markdown(studio, run_id), *tip_boxes(task, variations), *lesson_view(results))
+    return (session_markdown(studio, run_id, lesson_env(task)), *tip_boxes(task, variations), *lesson_view(results))
 
 
 # ---- the tab -----------------------------------------------------------------------------------------
 INTRO = (
-    "**The lesson.** An agent in the exploration trap focuses on the look-alike it can see and fails. "
+    "**The lesson.** An agent in the exploration trap focuses on the look-alike it can see and fails "
+    "(in the trap world, or in ScienceWorld's find-animal, whose animals are all outside). "
     "A curated tip saying where the target is rescues it; distillation then trains the actions it took "
     "*with* the tip on the prompt *without* it, so the naive agent succeeds too. "
     "Stages: **1** naive episodes → **2** store the tips below → **3** episodes with the tips → "
     "**4** distill → **5** naive episodes again. The memory episodes write no tips of their own: the "
-    "tips you store here are the only memory. The lesson runs on its own trap session "
-    "(`lesson-<task>`), whatever session this page has open (also a ScienceWorld one); "
+    "tips you store here are the only memory. The lesson runs on its own session "
+    "(`lesson-<task>`), whatever session this page has open; "
     "*Play the lesson* starts from untrained weights in a new lesson session when the current one has "
     "already played. Rows appear as they are computed: each variation's, each distill step's."
 )
@@ -347,7 +346,7 @@ def build_lesson_tab(studio: Studio) -> dict[str, Any]:
     """Components and wiring of the Lesson tab. Returns its load hooks for `layout.build_blocks`."""
     gr.Markdown(INTRO, elem_id="ls-intro")
     with gr.Row():
-        task = gr.Dropdown(list(TRAP_TASKS), value=TRAP_TASKS[0], label="Task (trap env)", elem_id="ls-task")
+        task = gr.Dropdown(TASK_CHOICES, value=TRAP_TASKS[0], label="Task", elem_id="ls-task")
         variations = gr.Dropdown([str(v) for v in TRAIN_VARIATIONS], value=["0", "1"], multiselect=True,
                                  label=f"Variations (train, ≤ {MAX_TIP_BOXES})", elem_id="ls-variations")  # fmt: skip
         episodes = gr.Number(8, label="Episodes per variation", precision=0, elem_id="ls-episodes")

@@ -1,4 +1,5 @@
-"""The Lesson: the one phenomenon the studio exists to teach, as five short stages on the trap env.
+"""The Lesson: the one phenomenon the studio exists to teach, as five short stages on the trap env
+or on ScienceWorld's find-animal (`lesson.scienceworld`).
 
 An agent stuck in an exploration trap (it focuses on the look-alike it can see and fails) is rescued
 by its notes (a curated tip saying where the target is), and distillation moves what the notes taught
@@ -12,8 +13,8 @@ with tips).
 """
 
 from empo2_studio.lesson.results import (
-    PLAY_STAGES, STAGE_TITLES, STAGES, TIP_SCORE, TRAP_TASKS, LessonSettings, StageResult, VariationRow, curated_tip,
-    metrics_row, results_from_metrics, split_of, variation_row,
+    LESSON_TASKS, PLAY_STAGES, SCIENCEWORLD_LESSON_TASKS, STAGE_TITLES, STAGES, TIP_SCORE, TRAP_TASKS, LessonSettings,
+    StageResult, VariationRow, curated_tip, lesson_env, metrics_row, results_from_metrics, split_of, variation_row,
 )  # fmt: skip
 from empo2_studio.lesson.stages import Lesson, OnPartial, Progress
 from empo2_studio.lesson.timing import (
@@ -21,7 +22,7 @@ from empo2_studio.lesson.timing import (
 )  # fmt: skip
 
 __all__ = [
-    "PLAY_STAGES", "STAGES", "STAGE_TITLES", "TIP_SCORE", "TRAP_TASKS", "Countdown", "Lesson", "LessonSettings",
-    "OnPartial", "Progress", "StageResult", "VariationRow", "curated_tip", "lesson_countdown", "lesson_seconds", "metrics_row",
+    "LESSON_TASKS", "PLAY_STAGES", "SCIENCEWORLD_LESSON_TASKS", "STAGES", "STAGE_TITLES", "TIP_SCORE", "TRAP_TASKS", "Countdown", "Lesson", "LessonSettings",
+    "OnPartial", "Progress", "StageResult", "VariationRow", "curated_tip", "lesson_countdown", "lesson_env", "lesson_seconds", "metrics_row",
     "minutes_text", "rates_from_metrics", "rates_note", "results_from_metrics", "split_of", "variation_row",
 ]  # fmt: skip

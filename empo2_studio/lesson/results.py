@@ -12,9 +12,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from empo2_studio.lesson.scienceworld import SCIENCEWORLD_LESSON_TASKS, curated_tip as scienceworld_tip
 from empo2_studio.types import Episode
 
 TRAP_TASKS = ("trap-light-bulb", "trap-find-animal", "trap-water-plant")
+LESSON_TASKS = TRAP_TASKS + SCIENCEWORLD_LESSON_TASKS
 STAGES = ("naive", "tips", "memory", "distill", "naive_again")
 """Stage names in order (also the `lesson/stage` value of each metrics row)."""
 STAGE_TITLES = {
@@ -29,22 +31,40 @@ TIP_SCORE = 100.0
 """Score of a lesson tip: the best, so retrieval ranks it first."""
 
 
+def lesson_env(task: str) -> str:
+    """The environment a lesson task runs in: "trap" or "scienceworld".
+
+    Raises:
+        ValueError: `task` is no lesson task (the message names the valid ones).
+    """
+    if task in TRAP_TASKS:
+        return "trap"
+    if task in SCIENCEWORLD_LESSON_TASKS:
+        return "scienceworld"
+    raise ValueError(f"the lesson runs on {list(LESSON_TASKS)}, got {task!r}")
+
+
 def curated_tip(task: str, variation: int) -> str:
-    """The pre-filled tip of the lesson: where the target is and the winning actions (TrapEnv's)."""
+    """The pre-filled tip of the lesson: where the target is and the winning actions (`TrapEnv.curated_tip`,
+    or `lesson.scienceworld.curated_tip`, which plays the simulator's gold path once)."""
+    if lesson_env(task) == "scienceworld":
+        return scienceworld_tip(task, variation)
     from empo2_studio.envs import TrapEnv
 
     return TrapEnv().curated_tip(task, variation)
 
 
 def split_of(task: str, variation: int) -> str:
-    """The split a trap variation belongs to (train 0–23, dev 24–35, test 36–47).
+    """The split a variation belongs to (trap: train 0–23, dev 24–35, test 36–47; ScienceWorld: the
+    simulator's own splits).
 
     Raises:
         ValueError: `variation` is not a variation of `task` (the message gives the valid range).
     """
     from empo2_studio.envs import TrapEnv
+    from empo2_studio.envs.scienceworld import ScienceWorldEnv
 
-    env = TrapEnv()
+    env = ScienceWorldEnv() if lesson_env(task) == "scienceworld" else TrapEnv()
     for split in ("train", "dev", "test"):
         if variation in env.variations(task, split):  # type: ignore[arg-type]
             return split
@@ -69,8 +89,7 @@ class LessonSettings:
 
     def validate(self) -> LessonSettings:
         """Return self, or raise ValueError naming the bad value."""
-        if self.task not in TRAP_TASKS:
-            raise ValueError(f"the lesson runs on the trap env; task must be one of {list(TRAP_TASKS)}, got {self.task!r}")
+        lesson_env(self.task)
         if not self.variations:
             raise ValueError("pick at least one variation")
         if len(set(self.variations)) != len(self.variations):

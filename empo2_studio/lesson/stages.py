@@ -37,7 +37,7 @@ from typing import Any
 
 from empo2_studio.lesson.results import (
     PLAY_STAGES, STAGE_TITLES, STAGES, TIP_SCORE, LessonSettings, StageResult, VariationRow, curated_tip,
-    metrics_row, results_from_metrics, split_of, variation_row,
+    lesson_env, metrics_row, results_from_metrics, split_of, variation_row,
 )  # fmt: skip
 from empo2_studio.lesson.timing import UNIT_NAMES, Countdown, rates_from_metrics
 from empo2_studio.rollout import play_group, sampling_seed, seed_policy
@@ -58,13 +58,14 @@ class Lesson:
             rates: seconds per unit measured earlier on this machine (`timing.rates_from_metrics`),
                 what a stage expects before its first unit ends; None = this session's own rows.
         Raises:
-            ValueError: the trainer's session is not a trap session, or bad settings.
+            ValueError: the trainer's session is not one of the lesson task's environment, or bad settings.
         """
         settings = (settings or LessonSettings()).validate()
-        if trainer.cfg.env.name != "trap":
+        env = lesson_env(settings.task)
+        if trainer.cfg.env.name != env:
             raise ValueError(
-                f"the Lesson runs on the exploration trap; session {trainer.session.run_id!r} is a "
-                f"{trainer.cfg.env.name} session (open one with `empo2-studio app --env trap --run-id trapdemo`)"
+                f"the lesson on {settings.task!r} runs in the {env} env; session {trainer.session.run_id!r} is a "
+                f"{trainer.cfg.env.name} session (open one with `empo2-studio app --env {env} --run-id {env}demo`)"
             )
         self.trainer = trainer
         self.settings = settings

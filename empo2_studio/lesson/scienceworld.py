@@ -1,0 +1,89 @@
+"""The Lesson on ScienceWorld: find-animal, where the exploration trap is real (issue 47, bar 2).
+
+Every find-animal variation keeps its animals outside (225 of 225 variations; ../shared/method.md §3),
+the task text does not say so, and about 92 % of the variations start indoors, where focusing on any
+object ends the episode at −100. The pre-filled tip says where animals are and the winning actions in
+the words of the step's valid actions, as the trap's curated tip does (`TrapEnv.curated_tip`): with
+the "easy" simplification's teleport, "teleport to outside, then look around, then focus on <an animal
+there>, then pick up <it>, then teleport to <the box's room>, then move <it> to <the box>".
+
+The animal is one the simulator's own gold path focuses on (`ScienceWorldEnv.valid_gold_path`); the
+box and its room come from the task text ("… move it to the red box in the kitchen."). Building a tip
+plays the gold path once (5–15 s with a running JVM), so tips are cached per (task, variation).
+
+find-animal is in `envs.scienceworld.HELD_OUT_TASKS`: no shipped adapter trains on it, so what the
+distilled agent does on test variations is what the lesson taught, not what a warm start saw.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from typing import Any
+
+from empo2_studio.policy.prompts import plan_note
+
+SCIENCEWORLD_LESSON_TASKS = ("find-animal",)
+"""ScienceWorld tasks the Lesson offers (held out from every shipped adapter)."""
+TIP_OPENING = "Animals are never indoors: "
+LESSON_STEP_LIMIT = 10
+"""Steps per lesson episode: the tip's plan takes 6, so 10 leaves room for a detour and keeps a
+naive episode (which wanders to the limit unless it focuses on something) short."""
+SCIENCEWORLD_NOTE = (
+    " · find-animal's animals are always outside and the task does not say so; a naive episode starts "
+    f"indoors and ends at −100 when it focuses on anything there; {LESSON_STEP_LIMIT} steps per episode; "
+    "a variation's first tip plays the simulator's gold path once (seconds)"
+)
+"""What the Lesson tab's session line adds for the ScienceWorld lesson."""
+_BOX = re.compile(r"move it to the (?P<box>[\w ]+? box) in the (?P<room>[\w ]+?)\.")
+_cache: dict[tuple[str, int], str] = {}
+_lock = threading.Lock()
+
+
+def tip_plan(task_description: str, gold: list[str]) -> list[str]:
+    """The lesson's winning actions from the task text and the mapped gold path.
+
+    >>> tip_plan("Your task is to find a(n) animal. First, focus on the thing. Then, move it to the red box in the kitchen.",
+    ...          ["go to outside", "look around", "focus on dove", "pick up dove", "go to kitchen", "move dove to red box"])
+    ['teleport to outside', 'look around', 'focus on dove', 'pick up dove', 'teleport to kitchen', 'move dove to red box']
+
+    Raises:
+        ValueError: the task text names no box and room, or the gold path focuses on nothing.
+    """
+    m = _BOX.search(task_description)
+    focus = next((a for a in gold if a.startswith("focus on ")), None)
+    if m is None or focus is None:
+        raise ValueError(f"not a find-animal task text or gold path: {task_description!r}, {gold}")
+    animal = focus[len("focus on "):]
+    return ["teleport to outside", "look around", focus, f"pick up {animal}", f"teleport to {m['room']}",
+            f"move {animal} to {m['box']}"]  # fmt: skip
+
+
+def curated_tip(task: str, variation: int, env: Any = None) -> str:
+    """The lesson's pre-filled tip for a find-animal variation: `TIP_OPENING` + the plan of `tip_plan`.
+
+    `env`: a `ScienceWorldEnv` to use (its episode is ended); None starts one for the call. Cached.
+
+    Raises:
+        ValueError: `task` is not a ScienceWorld lesson task, or `variation` is not one of its
+            variations (before a JVM starts).
+    """
+    if task not in SCIENCEWORLD_LESSON_TASKS:
+        raise ValueError(f"the ScienceWorld lesson runs on {list(SCIENCEWORLD_LESSON_TASKS)}, got {task!r}")
+    from empo2_studio.envs.scienceworld import ScienceWorldEnv
+
+    with _lock:
+        if (task, variation) in _cache:
+            return _cache[(task, variation)]
+        own = env is None
+        env = env or ScienceWorldEnv()
+        try:
+            env.check_variation(task, variation)
+            gold, _ = env.valid_gold_path(task, variation)
+            text = env.reset(task, variation).task_description
+        finally:
+            if own:
+                env.close()
+        tip = plan_note(tip_plan(text, gold), TIP_OPENING)
+        _cache[(task, variation)] = tip
+        return tip
