@@ -97,6 +97,17 @@ def wrong_focus(policy, turns: list[Turn], k: int, gold: str) -> tuple[str, floa
     return candidates[best], probs[best]
 
 
+def plan_of(args, env: ScienceWorldEnv, task: str, variation: int) -> list[str]:
+    """The mapped gold path of the variation, or its teleporting form with --teleport (when it has one)."""
+    actions, _ = env.valid_gold_path(task, variation)
+    if args.teleport:
+        sys.path.insert(0, str(ROOT / "scripts"))
+        from make_sw_warmstart import teleport_path
+
+        actions = teleport_path(env, task, variation, actions) or actions
+    return actions
+
+
 def part_probs(args, policy, env) -> tuple[list[str], dict]:
     lines = ["### P(gold action) along the mapped gold path, token-level, T = 1 (mean over the task's test variations)",
              "", "| task | note | mean P per step | min P per step | P(whole path) | P(focus) | most likely wrong focus |",
@@ -106,7 +117,7 @@ def part_probs(args, policy, env) -> tuple[list[str], dict]:
         for note_kind in ("plan", "none"):
             rows = []
             for v in variations:
-                actions, _ = env.valid_gold_path(task, v)
+                actions = plan_of(args, env, task, v)
                 turns = path_turns(env, policy, task, v, actions, prompts.plan_note(actions) if note_kind == "plan" else None)
                 with torch.no_grad():
                     ps = [float(lp.sum().exp()) for lp in policy.score([turns])[0]]
@@ -137,11 +148,11 @@ def part_play(args, policy, env) -> tuple[list[str], dict]:
             for seed in args.seeds:
                 won: dict[str, list[bool]] = {"plan": [], "none": []}
                 for v in variations:
-                    actions, _ = env.valid_gold_path(task, v)
+                    actions = plan_of(args, env, task, v)
                     for kind, note in (("plan", prompts.plan_note(actions)), ("none", None)):
                         seed_policy(policy, seed * 1000 + v)
                         eps = play_group(
-                            envs, policy, PinnedNote(note) if note else None, task=task, variation=v, split="test",
+                            envs, policy, PinnedNote(note) if note else None, task=task, variation=v, split=args.split,
                             rollout_mode="memory" if note else "naive", update_mode=None,
                             temperature=args.temperature, seed=seed * 1000 + v,
                         )  # fmt: skip
@@ -164,7 +175,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--parts", nargs="+", default=["probs", "play"], choices=list(PARTS))
     ap.add_argument("--tasks", nargs="+", default=list(TASKS), help=f"default: {', '.join(TASKS)} (their first four test variations)")
-    ap.add_argument("--variations", type=int, default=4, help="test variations per task (the first N)")
+    ap.add_argument("--variations", type=int, default=4, help="variations per task (the first N of --split after --skip)")
+    ap.add_argument("--split", default="test", choices=["test", "dev"], help="dev: to choose between adapters (docs/benchmarks/README.md)")
+    ap.add_argument("--skip", type=int, default=0, help="skip the split's first N variations (a warm start trains on the first 3 dev ones)")
+    ap.add_argument("--teleport", action="store_true", help="plans teleport between rooms (make_sw_warmstart.teleport_path) where they can")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--episodes", type=int, default=2, help="episodes per variation, note and seed")
     ap.add_argument("--step-limit", type=int, default=30)
@@ -180,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"{', '.join(held)} is held out for the Lesson, the race and adaptation; bar 1 measures other tasks")
     env = ScienceWorldEnv()
     try:
-        args.tasks = {t: list(env.variations(t, "test")[: args.variations]) for t in args.tasks}
+        args.tasks = {t: list(env.variations(t, args.split)[args.skip : args.skip + args.variations]) for t in args.tasks}
     except ValueError as exc:
         ap.error(str(exc))
     torch.set_num_threads(max(1, min(args.threads, os.cpu_count() or 1)))

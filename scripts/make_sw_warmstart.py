@@ -88,6 +88,39 @@ def gold_turns(env: ScienceWorldEnv, task: str, variation: int, actions: list[st
     return turns
 
 
+def teleport_path(env: ScienceWorldEnv, task: str, variation: int, actions: list[str]) -> list[str] | None:
+    """`actions` with each run of "go to …" moves replaced by "teleport to <the run's last room>" and a
+    "look around" (unless the path looks around next): the same plan as an agent with the "easy"
+    simplification's teleport plays it ("go to hallway, go to kitchen, focus on x" becomes "teleport
+    to kitchen, look around, focus on x"). Replayed from reset; None when the path has no move, a
+    rewritten step is not in the step's valid list, or the path does not win (score 100) by its end.
+    """
+    out, k = [], 0
+    while k < len(actions):
+        if not actions[k].startswith("go to "):
+            out.append(actions[k])
+            k += 1
+            continue
+        j = k
+        while j < len(actions) and actions[j].startswith("go to "):
+            j += 1
+        out.append("teleport to " + actions[j - 1][len("go to "):].removeprefix("door to "))
+        if j == len(actions) or actions[j] != "look around":
+            out.append("look around")
+        k = j
+    if out == actions:
+        return None
+    obs = env.reset(task, variation)
+    for i, action in enumerate(out):
+        if action not in obs.valid_actions:
+            return None
+        result = env.step(action)
+        obs = result.observation
+        if result.done:
+            return out[: i + 1] if result.won else None
+    return None
+
+
 def walk_turns(env: ScienceWorldEnv, task: str, variation: int, rng: random.Random, steps: int = 6
                ) -> list[tuple[str, str, tuple[str, ...]]]:
     """A note-free walk of `steps` random valid actions that are not "focus on …" (compact prompt)."""
@@ -114,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--splits", nargs="+", choices=["train", "dev"], default=["train", "dev"])
     ap.add_argument("--variations", type=int, default=3, help="variations per task and split (the first N)")
     ap.add_argument("--per-variation", type=int, default=1, help="note-following conversations per variation")
+    ap.add_argument("--teleport-share", type=float, default=0.0,
+                    help="share of the variations whose plan teleports between rooms (`teleport_path`) instead of walking")
     ap.add_argument("--whole-share", type=float, default=0.25, help="share of the notes shown whole at every step")
     ap.add_argument("--init", type=Path, default=DEFAULT_INIT, help="the adapter to fine-tune (its KL anchor)")
     ap.add_argument("--anchor-weight", type=float, default=1.0)
@@ -133,8 +168,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.variations < 1 or args.per_variation < 1 or args.epochs < 1 or args.batch < 1:
         ap.error("--variations, --per-variation, --epochs and --batch must be ≥ 1, got "
                  f"{args.variations}, {args.per_variation}, {args.epochs}, {args.batch}")
-    if not 0 <= args.whole_share <= 1:
-        ap.error(f"--whole-share must be a share in [0, 1], got {args.whole_share}")
+    for name in ("whole_share", "teleport_share"):
+        if not 0 <= getattr(args, name) <= 1:
+            ap.error(f"--{name.replace('_', '-')} must be a share in [0, 1], got {getattr(args, name)}")
     if not (args.init / "adapter_config.json").is_file():
         ap.error(f"--init {str(args.init)!r} is not an adapter directory (no adapter_config.json)")
 
@@ -148,6 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     env = ScienceWorldEnv()
     seen: dict[str, list[int]] = {}
     follow, walks = [], []
+    teleported = 0
     cached = json.loads(args.paths.read_text()) if args.paths and args.paths.is_file() else {}
     paths: dict[str, dict[str, list[str]]] = {}
     for task in args.tasks:
@@ -164,8 +201,12 @@ def main(argv: list[str] | None = None) -> int:
                 seen.setdefault(task, []).append(v)
                 for _ in range(args.per_variation):
                     whole = rng.random() < args.whole_share
-                    note = prompts.plan_note(actions, rng.choice(PLAN_OPENINGS))
-                    follow.append(gold_turns(env, task, v, actions, note, cut=not whole))
+                    plan = actions
+                    if rng.random() < args.teleport_share:
+                        plan = teleport_path(env, task, v, actions) or actions
+                        teleported += plan is not actions
+                    note = prompts.plan_note(plan, rng.choice(PLAN_OPENINGS))
+                    follow.append(gold_turns(env, task, v, plan, note, cut=not whole))
                 walks.append(walk_turns(env, task, v, rng))
         print(f"{task}: {len(seen.get(task, []))} variations [{time.time() - t0:.0f} s]", flush=True)
     env.close()
@@ -213,6 +254,9 @@ def main(argv: list[str] | None = None) -> int:
     policy.save_adapter(str(args.out))
     _to_half(args.out / "adapter_model.safetensors")
     init_meta = args.init / "warmstart.json"
+    init_tasks = json.loads(init_meta.read_text()).get("tasks", {}) if init_meta.is_file() else {}
+    for task, variations in init_tasks.items():  # what the init adapter saw, this one saw too
+        seen[task] = sorted(set(seen.get(task, [])) | set(variations))
     meta = {
         "base_model": EMBEDDED_MODEL,
         "trained_on": "ScienceWorld train/dev variations of the tasks below (never a held-out task): the "
@@ -222,6 +266,7 @@ def main(argv: list[str] | None = None) -> int:
         "tasks": seen, "splits": args.splits, "prompt_style": prompts.prompt_style("scienceworld"),
         "init": str(args.init.resolve().relative_to(ROOT)) if args.init.resolve().is_relative_to(ROOT) else str(args.init),
         "variations": args.variations, "per_variation": args.per_variation, "whole_share": args.whole_share,
+        "teleport_share": args.teleport_share, "teleported": teleported,
         "anchor_weight": args.anchor_weight, "epochs": args.epochs, "batch": args.batch, "lr": args.lr,
         "seed": args.seed, "conversations": len(follow), "walks": len(anchor_convs),
         "seconds": round(time.time() - t0, 1), "history": history,
