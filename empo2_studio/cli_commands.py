@@ -120,6 +120,8 @@ class TipsExport:
     """Output file (overwritten)."""
     task: str | None = None
     """Only this task."""
+    flat: bool = False
+    """From a structured memory: write the flat format (no groups or counts), which a flat session imports."""
     sessions_dir: Path | None = None
     """Sessions root (default: $EMPO2_SESSIONS_DIR or ./sessions)."""
 

@@ -20,7 +20,9 @@ def run_tips(cmd: TipsCmd) -> int:
     """`empo2-studio tips list|export|import|reembed --session RUN_ID`."""
     a = cmd.action
     session = open_session(a.session, a.sessions_dir)
-    if isinstance(a, (TipsList, TipsExport)) and not session.tips_path.exists():
+    structured = session.config.memory.structure == "structured"
+    where = session.tips_path.with_name(f"{session.tips_path.stem}-structured{session.tips_path.suffix}") if structured else session.tips_path
+    if isinstance(a, (TipsList, TipsExport)) and not where.exists():  # where open_tip_store keeps them
         print(f"session {session.run_id!r} has no tips yet")
         return OK
     if isinstance(a, TipsImport):  # a missing or malformed file is bad input: exit 2 before the embedder loads
@@ -36,7 +38,7 @@ def run_tips(cmd: TipsCmd) -> int:
             print(f"{t.tip_id[:8]}  {t.task}#{t.variation}  {t.score:6.1f}{flag}  {clip(t.text, 90)}")
         print(f"{len(tips)} of {store.count()} tip(s)", file=sys.stderr)
     elif isinstance(a, TipsExport):
-        n = store.export_jsonl(a.out, **({"task": a.task} if a.task else {}))
+        n = store.export_jsonl(a.out, **({"task": a.task} if a.task else {}), **({"flat": True} if a.flat and structured else {}))
         print(f"wrote {n} tip(s) to {a.out}")
     elif isinstance(a, TipsImport):
         result = store.import_jsonl(a.file)
