@@ -5,8 +5,10 @@ show, merge, retire and evict, so every rule is tested with hand-worked numbers 
 
 Groups. A tip belongs to one group: (task, variation, place). The place is the room the observation
 showed when the tip's step was played (`TextEnv.place_of`); `ANYWHERE` holds tips that show no place
-(a teacher's tip keyed by its own text, a flat row whose key names no room). The variation stays in the
-group as it stays in the flat partition (paper §2: one memory per variation).
+(a teacher's tip keyed by its own text, a flat row whose key names no room); they are about the task as
+a whole, so they are retrieved beside every place's group. The variation stays in the group as it stays
+in the flat partition (paper §2: one memory per variation). No similarity threshold applies inside a
+group: the group is the filter, similarity only orders.
 
 Rank (retrieval inside the group of where the agent is):
 
@@ -38,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 ANYWHERE = "anywhere"
-"""The group of tips that show no place; retrieved at an episode's first step with the start room's group."""
+"""The group of tips that show no place; retrieved beside the group of whatever place the agent is in."""
 
 
 @dataclass(frozen=True)

@@ -111,12 +111,12 @@ class DistributedTrainer(Trainer):
 
     def __init__(self, cfg: RunConfig, session: Any, *, ctx: Any, policy: Any | None = None,
                  embedder: Any | None = None) -> None:  # fmt: skip
-        from empo2_studio.memory import TipStore, make_embedder
+        from empo2_studio.memory import make_embedder, open_tip_store
 
         self.ctx = ctx
         embedder = embedder if embedder is not None else make_embedder(cfg.memory.embedder)
         if ctx.is_main:  # rank 0 creates the tip table before anyone opens it
-            TipStore.open(session.tips_path, embedder, cfg.memory)
+            open_tip_store(session.tips_path, embedder, cfg.memory, env=cfg.env)
         ctx.barrier()
         if not ctx.is_main and not isinstance(session, ReadOnlySession):
             session = ReadOnlySession(session)
