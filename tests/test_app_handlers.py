@@ -666,11 +666,13 @@ def test_the_episodes_tab_offers_the_lessons_tip_and_stores_it_only_when_asked(s
             pm.store_tip(studio, rid, *args)
     assert store.count() == 1  # nothing stored by a refusal or by the offer itself
 
-    sw = studio.env_session("scienceworld").dir.name  # no curated tips there: nothing offered
-    box, button, line = pm.offer_updates(studio, sw, "find-animal", 3)
-    assert (box.visible, button.visible, pm.tip_offer(studio, sw, "find-animal", 3)) == (False, False, None)
-    assert line == ("**Memory** of `find-animal` variation 3: **no tip**, so the memory episode retrieves nothing "
-                    "and plays like the naive one. Store a tip first (write one in the Tips tab).")
+    sw = studio.env_session("scienceworld").dir.name  # no lesson on power-component: nothing offered
+    box, button, line = pm.offer_updates(studio, sw, "power-component", 3)
+    assert (box.visible, button.visible, pm.tip_offer(studio, sw, "power-component", 3)) == (False, False, None)
+    assert line == ("**Memory** of `power-component` variation 3: **no tip**, so the memory episode retrieves "
+                    "nothing and plays like the naive one. Store a tip first (write one in the Tips tab).")
+    assert pm.tip_offer(studio, sw, "trap-light-bulb", 0) is None  # a trap lesson's tip is not ScienceWorld's
+    assert pm.tip_offer(studio, rid, "find-animal", 0) is None  # nor ScienceWorld's a trap session's
 
 
 def test_the_scienceworld_note_shows_only_for_the_embedded_model_on_scienceworld(studio, monkeypatch):

@@ -2,8 +2,9 @@
 curated tip offered for the chosen variation.
 
 A session that holds no tip for a variation plays two alike columns (the memory episode retrieves
-nothing), so the first pair of a new session showed no difference. On a trap session the tab offers
-the Lesson's curated tip for the chosen task and variation (`lesson.curated_tip`), editable; it is
+nothing), so the first pair of a new session showed no difference. For a lesson task (the trap's, and
+ScienceWorld's find-animal) the tab offers the Lesson's curated tip for the chosen variation
+(`lesson.curated_tip`), editable; it is
 stored only when the user clicks the store button (`store_tip`). `memory_line` says how many enabled
 tips the memory episode can retrieve. Plain functions: values in, values or updates out.
 """
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import gradio as gr
 
 from empo2_studio.app.handlers import user_errors, whole_number
-from empo2_studio.lesson import TIP_SCORE, curated_tip
+from empo2_studio.lesson import LESSON_TASKS, TIP_SCORE, curated_tip, lesson_env
 from empo2_studio.types import SPLITS
 
 if TYPE_CHECKING:
@@ -27,10 +28,13 @@ def _env_name(studio: Studio, run_id: str) -> str:
 
 
 def tip_offer(studio: Studio, run_id: str, task: str | None, variation: Any) -> str | None:
-    """The Lesson's curated tip for (task, variation) when the session plays the trap env and the
-    variation is one of the task's (`lesson.curated_tip`: where the target is, then the winning
-    actions); None otherwise (ScienceWorld has no curated tips)."""
-    if _env_name(studio, run_id) != "trap" or not task or variation in (None, ""):
+    """The Lesson's curated tip for (task, variation) when the task is a lesson task of the session's
+    env and the variation is one of the task's (`lesson.curated_tip`: where the target is, then the
+    winning actions; ScienceWorld's find-animal plays the simulator's gold path once, seconds, then it
+    is cached); None otherwise (other ScienceWorld tasks have no curated tips)."""
+    if not task or task not in LESSON_TASKS or variation in (None, ""):
+        return None
+    if lesson_env(task) != _env_name(studio, run_id):
         return None
     try:
         return curated_tip(task, whole_number(variation, "variation", 0))
