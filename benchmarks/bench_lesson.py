@@ -174,17 +174,18 @@ def lesson_config(task: str, seed: int, args) -> RunConfig:
     )  # fmt: skip
 
 
-def lesson_tip(task: str, variation: int, wording: int | None = None) -> str:
-    """The Lesson's pre-filled tip (`TrapEnv.curated_tip`), or held-out wording number `wording` of
-    benchmarks/data/heldout_notes.json filled for this layout: a teacher's own words for the same facts
-    (issue 25, bar 4). Raises IndexError naming the valid numbers."""
+def lesson_tip(task: str, variation: int, wording: int | None = None, wordings: str = "dev") -> str:
+    """The Lesson's pre-filled tip (`TrapEnv.curated_tip`), or wording number `wording` of the `wordings`
+    set ("dev": benchmarks/data/dev_notes.json, "test": test_notes.json; bench_notes.WORDING_SETS) filled
+    for this layout: a teacher's own words for the same facts (issue 25, bar 4). Raises IndexError naming
+    the valid numbers."""
     if wording is None:
         return TrapEnv().curated_tip(task, variation)
     from bench_notes import fill, load_wordings
 
-    styles = load_wordings()[task]
+    styles = load_wordings(wordings)[task]
     if not 0 <= wording < len(styles):
-        raise IndexError(f"--tip-wording {wording}: {task} has held-out wordings 0-{len(styles) - 1}")
+        raise IndexError(f"--tip-wording {wording}: {task} has {wordings} wordings 0-{len(styles) - 1}")
     return fill(styles[wording], task, variation)
 
 
@@ -204,7 +205,7 @@ def part_distill(args, policy, embedder, root: Path, warm: list[torch.Tensor]) -
         session = Session.create(root, cfg)
         trainer = Trainer(cfg, session, policy=policy, embedder=embedder, writer=args.writer)
         for v in train_vs:
-            trainer.store.add_tip(task, v, lesson_tip(task, v, args.tip_wording), score=100.0)
+            trainer.store.add_tip(task, v, lesson_tip(task, v, args.tip_wording, args.wordings), score=100.0)
 
         def naive_rate(vs: list[int], tag: int) -> tuple[float, list]:
             eps = [ep for v in vs for ep in play(policy, trainer.store, task, v, "naive", args.episodes, seed * 1000 + v + tag, args.step_limit, args.temperature, group_id="")]
@@ -243,7 +244,7 @@ def part_distill(args, policy, embedder, root: Path, warm: list[torch.Tensor]) -
     lines = [
         f"### Distill now: {task}, variations {train_vs}, {args.episodes} naive + {args.episodes} memory episodes "
         f"per variation, {args.distill_steps} distill steps at lr {args.distill_lr}, seeds {args.seeds}, tips "
-        + ("the template" if args.tip_wording is None else f"in held-out wording {args.tip_wording}: {lesson_tip(task, train_vs[0], args.tip_wording)!r}"),
+        + ("the template" if args.tip_wording is None else f"in {'test (held out; scored for the shipped default only)' if args.wordings == 'test' else 'dev'} wording {args.tip_wording}: {lesson_tip(task, train_vs[0], args.tip_wording, args.wordings)!r}"),
         "",
         "| measure | before | after |",
         "|---|---|---|",
@@ -365,8 +366,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--distill-epochs", type=int, default=TrainConfig().update_epochs, help="optimizer passes per distill step")
     ap.add_argument("--low-prob-ref", default=AlgoConfig().low_prob_ref, choices=LOW_PROB_REFS)
     ap.add_argument("--tip-wording", type=int, default=None, metavar="N",
-                    help="part distill: the pre-filled tips in held-out wording N of benchmarks/data/heldout_notes.json "
-                         "(a teacher's own words) instead of the template")
+                    help="part distill: the pre-filled tips in wording N of the --wordings set (a teacher's own words) "
+                         "instead of the template")
+    ap.add_argument("--wordings", choices=["dev", "test"], default="dev",
+                    help="--tip-wording's set: dev (benchmarks/data/dev_notes.json) for choices, test "
+                         "(benchmarks/data/test_notes.json) only for the shipped default's report "
+                         "(docs/benchmarks/README.md, \"Choose on dev, report test once\")")
     ap.add_argument("--record-line", action="store_true",
                     help="tips end with the environment's record line (env.record_line; off by default: a tip is only what the model wrote)")
     ap.add_argument("--note-writer", default=MemoryConfig().note_writer, metavar="auto|none|DIR",
@@ -386,9 +391,12 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(str(e))
     if args.tip_wording is not None:  # refused before the model loads or a folder is written
         try:
-            lesson_tip(args.distill_task, args.distill_variations[0], args.tip_wording)
+            lesson_tip(args.distill_task, args.distill_variations[0], args.tip_wording, args.wordings)
         except IndexError as e:
             ap.error(str(e))
+        if args.wordings == "test" and args.warm_start != RunConfig().policy.warm_start:
+            ap.error(f"--wordings test is scored for the shipped default only (--warm-start {RunConfig().policy.warm_start}), "
+                     f"not {args.warm_start!r}: compare adapters on --wordings dev")  # fmt: skip
     torch.set_num_threads(min(args.threads, os.cpu_count() or 1))
     _, root = fresh_dir(args.root or default_sessions_root(), time.strftime("bench_lesson-%Y%m%d-%H%M%S"))
     embedder = make_embedder("minilm")

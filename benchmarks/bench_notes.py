@@ -1,9 +1,14 @@
-"""Does the policy read a note in plain words? Held-out wordings, test layouts, the embedded model.
+"""Does the policy read a note in plain words? Dev or test wordings, test layouts, the embedded model.
 
-Issue 25 bar 1. The notes are the hand-written wordings of `benchmarks/data/heldout_notes.json` (kept
-apart from the warm start's training wordings, `assets/warmstart/note_wordings.py`), filled per
-layout, plus two references: the template a teacher's pre-filled tip uses (`TrapEnv.curated_tip`) and
-no note at all.
+Issue 25 bar 1. The notes are hand-written wordings kept apart from the warm start's training wordings
+(`scripts/note_wordings.py`), filled per layout, plus two references: the template a teacher's
+pre-filled tip uses (`TrapEnv.curated_tip`) and no note at all. Two sets (`--wordings`, issue 48 item 2,
+docs/benchmarks/README.md "Choose on dev, report test once"):
+
+- `dev` (the default), `benchmarks/data/dev_notes.json`: the wordings adapters and recipes are chosen on
+  (held out until 2026-12-05, when adapters were chosen on them);
+- `test`, `benchmarks/data/test_notes.json`: written on 2026-12-06 in other styles, scored for the
+  shipped default only; its tables say "test (held out; scored for the shipped default only)".
 
 Part "probs": on each test layout, the task's shortest winning path played with the note pinned in
 the compact prompt at every step; the probability the policy gives each gold action under constrained
@@ -62,6 +67,8 @@ Run:  .venv/bin/python benchmarks/bench_notes.py --parts room --variations 36 37
       .venv/bin/python benchmarks/bench_notes.py --parts mixed negation --threads 1
       .venv/bin/python benchmarks/bench_notes.py --parts order --tasks trap-light-bulb-fixed --variations 0 1 2 3 4
       .venv/bin/python benchmarks/bench_notes.py --parts play --rows 00 02 03 05    (a few wordings; play is the slow part)
+      .venv/bin/python benchmarks/bench_notes.py --parts probs play --wordings test --seeds 0 --threads 1
+            (the test wordings: the shipped default's report, once; never to choose between adapters)
       .venv/bin/python benchmarks/bench_notes.py --parts observe write --seeds 0 1 2 --episodes 4 --threads 1
             (the shipped note writer's notes, the default: --note-writer auto, one note per observation)
       .venv/bin/python benchmarks/bench_notes.py --parts write --note-writer none   (the acting adapter writes)
@@ -110,13 +117,17 @@ from empo2_studio.types import RetrievedTip  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _results import add_result_option, write_result  # noqa: E402
 
-HELDOUT = Path(__file__).resolve().parent / "data" / "heldout_notes.json"
+DATA = Path(__file__).resolve().parent / "data"
+WORDING_SETS = {"dev": DATA / "dev_notes.json", "test": DATA / "test_notes.json"}
+WORDING_LABELS = {"dev": "dev (the wordings choices are made on)", "test": "test (held out; scored for the shipped default only)"}
 SEARCH_TASKS = ("trap-light-bulb", "trap-find-animal", "trap-water-plant")
 TEMPLATE, TEMPLATE_CUT, NO_NOTE = "template (curated_tip)", "template, remaining_plan on", "no note"
 
 
-def load_wordings(path: Path = HELDOUT) -> dict[str, list[dict[str, Any]]]:
-    """Task → its held-out wordings ({"style", "text" or "by_can"}); ValueError on a task not in TASKS."""
+def load_wordings(which: str | Path = "dev") -> dict[str, list[dict[str, Any]]]:
+    """Task → its wordings ({"style", "text" or "by_can"}) in set `which` ("dev", "test") or a JSON file
+    of that form; ValueError on a task not in TASKS."""
+    path = WORDING_SETS.get(str(which), Path(which))
     data = json.loads(Path(path).read_text())
     out = {k: v for k, v in data.items() if k != "about"}
     bad = sorted(set(out) - set(TASKS))
@@ -142,7 +153,7 @@ def fill(wording: dict[str, Any], task: str, variation: int) -> str:
 
 def notes_for_layout(task: str, variation: int, wordings: Sequence[dict[str, Any]]) -> dict[str, str | None]:
     """Row label → the note on this layout (None: no note), references first. Every row is shown whole
-    at every step except TEMPLATE_CUT, shown as `prompts.remaining_plan` cuts it (the held-out wordings
+    at every step except TEMPLATE_CUT, shown as `prompts.remaining_plan` cuts it (the dev and test wordings
     have no "…: a, then b" plan for it to cut)."""
     tip = TrapEnv().curated_tip(task, variation)
     rows: dict[str, str | None] = {TEMPLATE: tip, TEMPLATE_CUT: tip, NO_NOTE: None}
@@ -190,7 +201,8 @@ def layout_probs(policy, task: str, variation: int, notes: dict[str, str | None]
 def part_probs(args, policy, wordings) -> tuple[list[str], dict]:
     out: dict = {}
     lines = [
-        f"### P(gold action), token-level, T = 1, test variations {args.variations}, one note pinned, shown whole "
+        f"### P(gold action), token-level, T = 1, test variations {args.variations}, wordings {WORDING_LABELS[args.wordings]}, "
+        "one note pinned, shown whole "
         "(remaining_plan off) except on the row that says so (mean over layouts, min in brackets)",
         "",
         "| task | note | P(first action) | P(focus on target, in its room) | P(finishing action) |",
@@ -245,7 +257,8 @@ def play_with_note(
 def part_play(args, policy, wordings) -> tuple[list[str], dict]:
     vs = args.play_variations
     lines = [
-        f"### Memory success, one pinned note, test variations {vs}, {args.episodes} episodes × {len(args.seeds)} seeds "
+        f"### Memory success, one pinned note, wordings {WORDING_LABELS[args.wordings]}, test variations {vs}, "
+        f"{args.episodes} episodes × {len(args.seeds)} seeds "
         f"per layout, step limit {args.step_limit}, T = {args.temperature} (mean over seeds, min–max)",
         "",
         "| note | " + " | ".join(args.tasks) + " |",
@@ -782,7 +795,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--parts", nargs="+", default=["probs", "play"], choices=list(PARTS))
     ap.add_argument("--tasks", nargs="+", default=list(SEARCH_TASKS), choices=list(TASKS),
-                    help="the held-out wordings cover the search family (parts probs, play); order, bad and write take any")
+                    help="the dev and test wordings cover the search family (parts probs, play); order, bad and write take any")
     ap.add_argument("--variations", type=int, nargs="+", default=[36, 40, 44], help="test layouts scored (36-47)")
     ap.add_argument("--play-variations", type=int, nargs="+", default=[36, 40, 44], help="test layouts played")
     ap.add_argument("--rows", nargs="*", default=None, help="wording numbers played (e.g. 00 03); default all")
@@ -802,7 +815,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--decoding", choices=["constrained", "action"], default="constrained",
                     help="how the acting policy picks among the valid actions: token by token, or one whole action "
                          "from a categorical over them (policy.decoding)")
-    ap.add_argument("--wordings", type=Path, default=HELDOUT)
+    ap.add_argument("--wordings", choices=list(WORDING_SETS), default="dev",
+                    help="parts probs, play: the note wordings; dev (benchmarks/data/dev_notes.json) for choosing "
+                         "between adapters and recipes, test (benchmarks/data/test_notes.json) only for the shipped "
+                         "default's report (docs/benchmarks/README.md, \"Choose on dev, report test once\")")
     ap.add_argument("--root", type=Path, default=None, help="sessions root (default: $EMPO2_SESSIONS_DIR or ./sessions)")
     add_result_option(ap)
     args = ap.parse_args(argv)
@@ -810,6 +826,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.note_writer not in ("auto", "none") and not (Path(args.note_writer) / "adapter_config.json").is_file():
         ap.error(f"--note-writer {args.note_writer!r} is not a PEFT adapter directory (no adapter_config.json); "
                  "build one with scripts/make_warmstart.py --reflect-only --out DIR")  # fmt: skip
+    if args.wordings == "test" and args.warm_start != RunConfig().policy.warm_start:
+        ap.error(f"--wordings test is scored for the shipped default only (--warm-start {RunConfig().policy.warm_start}), "
+                 f"not {args.warm_start!r}: compare adapters on --wordings dev")  # fmt: skip
     torch.set_num_threads(max(1, min(args.threads, os.cpu_count() or 1)))
     wordings = load_wordings(args.wordings)
     _, root = fresh_dir(args.root or default_sessions_root(), time.strftime("bench_notes-%Y%m%d-%H%M%S"))
@@ -824,7 +843,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--parts ask asks about a whole episode; an observation writer never sees one "
                  "(use --parts observe, or --note-writer none / --writer-context conversation)")  # fmt: skip
     writer = f", notes written by the {args.note_writer} writer after the {args.writer_context}"
-    report = [f"# bench_notes ({time.strftime('%Y-%m-%d %H:%M')}, warm start {args.warm_start}, policy {policy.version}, {args.decoding} decoding{writer})", ""]
+    report = [f"# bench_notes ({time.strftime('%Y-%m-%d %H:%M')}, warm start {args.warm_start}, policy {policy.version}, {args.decoding} decoding{writer})",
+              "", f"Wordings: {WORDING_LABELS[args.wordings]}, `{WORDING_SETS[args.wordings].relative_to(DATA.parents[1])}`.", ""]
     results: dict = {}
     for name in args.parts:
         t = time.perf_counter()
@@ -834,7 +854,8 @@ def main(argv: list[str] | None = None) -> int:
         (root / "notes.md").write_text("\n".join(report))
         (root / "notes.json").write_text(json.dumps(results, default=float, indent=1))
         write_result(args.result, __file__, argv, started, args.seeds, results, parts=list(results),
-                     warm_start=args.warm_start, note_writer=args.note_writer, report="\n".join(report))  # fmt: skip
+                     warm_start=args.warm_start, note_writer=args.note_writer, wordings=args.wordings,
+                     wordings_label=WORDING_LABELS[args.wordings], report="\n".join(report))  # fmt: skip
     print("\n" + "\n".join(report))
     print(f"written: {root}/notes.md")
     return 0

@@ -1,5 +1,7 @@
-"""The warm start's training wordings and the benchmark's held-out wordings are kept apart: the training
-script never reads the held-out file, and no sentence of one is a sentence of the other."""
+"""The warm start's training wordings and the benchmark's dev wordings are kept apart: the training
+script never reads the wording files, and no sentence of one is a sentence of the other. (The dev set,
+benchmarks/data/dev_notes.json, was the held-out set until adapters were chosen on it; the fresh test set
+and its own checks are in tests/test_note_wording_sets.py.)"""
 
 from __future__ import annotations
 
@@ -14,10 +16,10 @@ import pytest
 
 from empo2_studio.envs.trap import CAN, TASKS, TrapEnv
 
-SEARCH = [t for t in TASKS if TASKS[t].family == "search"]  # the warm start's family; the held-out notes' tasks
+SEARCH = [t for t in TASKS if TASKS[t].family == "search"]  # the warm start's family; the dev and test notes' tasks
 
 ROOT = Path(__file__).resolve().parents[1]
-HELDOUT = ROOT / "benchmarks" / "data" / "heldout_notes.json"
+HELDOUT = ROOT / "benchmarks" / "data" / "dev_notes.json"  # the dev set, held out from training
 
 
 def _load(path: Path, name: str):
@@ -44,19 +46,21 @@ def sentences(text: str) -> set[str]:
 
 
 def heldout_sentences(bench, env: TrapEnv) -> set[str]:
-    """Every sentence of the held-out wordings, filled for every test layout of their tasks."""
+    """Every sentence of the dev wordings (`HELDOUT`), filled for every test layout of their tasks."""
     return {s for task, ws in bench.load_wordings(HELDOUT).items() for v in env.variations(task, "test")
             for w in ws for s in sentences(bench.fill(w, task, v))}
 
 
 def test_the_training_script_never_names_the_heldout_file():
     # the script and every project file it loads by path (its scripts/ neighbour) or imports from the
-    # package: none mentions the held-out file or the benchmarks' data folder
+    # package: none mentions a wording file (dev_notes.json, once heldout_notes.json; test_notes.json)
+    # or the benchmarks' data folder
     sources = [ROOT / "scripts" / "make_warmstart.py", ROOT / "scripts" / "note_wordings.py"]
     sources += list((ROOT / "empo2_studio").rglob("*.py"))
     for path in sources:
         text = path.read_text()
         assert "heldout" not in text.lower() and "benchmarks/data" not in text, path
+        assert "dev_notes" not in text and "test_notes" not in text, path
     script = sources[0].read_text()
     assert "import note_wordings" in script or "from note_wordings import" in script
     assert "bench_notes" not in script
@@ -96,7 +100,7 @@ def test_order_part_scores_the_record_of_a_winning_episode(bench):
         "[from the record] The red light bulb was seen in the workshop. "
         "Next time: go to workshop, then focus on red light bulb, then turn on red light bulb."
     )
-    # the default tasks are the ones the held-out wordings cover
+    # the default tasks are the ones the dev wordings cover
     assert set(bench.SEARCH_TASKS) == set(bench.load_wordings(HELDOUT))
 
 
@@ -287,7 +291,7 @@ def test_the_lesson_bench_refuses_a_wording_number_before_anything_is_written(tm
     lesson = _load(ROOT / "benchmarks" / "bench_lesson.py", "bench_lesson_under_test")
     with pytest.raises(SystemExit):
         lesson.main(["--parts", "distill", "--tip-wording", "13", "--root", str(tmp_path)])
-    assert "has held-out wordings 0-12" in capsys.readouterr().err
+    assert "has dev wordings 0-12" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
     with pytest.raises(SystemExit):
         lesson.main(["--parts", "adapt", "--threads", "0", "--root", str(tmp_path)])
