@@ -23,6 +23,8 @@ if TYPE_CHECKING:
     from empo2_studio.app.studio import Studio
 
 GROUP_COLUMNS = ["group", "tips", "retired", "pinned", "episodes", "mean score", "best tips (used/helped)"]
+GROUP_WIDTHS = ["230px", "56px", "80px", "72px", "92px", "108px", "45%"]
+"""Widths of `GROUP_COLUMNS`: each header on one line, the rest of the row to the best tips."""
 TIP_COLUMNS = ["id", "text", "used", "helped", "pinned", "retired", "why retired", "source episode", "merged from"]
 FLAT = ("This session's memory is **flat** (`memory.structure = flat`, the paper's): one list per variation, "
         "no groups. A session created with `--memory.structure structured` groups its tips by place.")  # fmt: skip
@@ -49,7 +51,7 @@ def groups_view(studio: Studio, run_id: str) -> tuple[pd.DataFrame, Any, str]:
         return pd.DataFrame(columns=GROUP_COLUMNS), gr.Dropdown(choices=[], value=None), FLAT
     groups = store.groups()
     rows = [[g.label, g.tips, g.retired, g.pinned, g.episodes, round(g.mean_score, 1),
-             " | ".join(f"{b['text'][:48]} ({b['used']}/{b['helped']}){' 📌' if b['pinned'] else ''}" for b in g.best)]
+             " | ".join(f"{b['text'][:48]} ({b['used']}/{b['helped']}){' [pinned]' if b['pinned'] else ''}" for b in g.best)]
             for g in groups]  # fmt: skip
     labels = [g.label for g in groups]
     status = f"{len(groups)} group(s), {sum(g.tips for g in groups)} live tip(s), {sum(g.retired for g in groups)} retired"
@@ -105,7 +107,8 @@ def build_groups_panel(studio: Studio, run_id: gr.State) -> dict[str, Any]:
         with gr.Row():
             show = gr.Button("Show groups", elem_id="tips-groups-show")
             g_status = gr.Markdown(elem_id="tips-groups-status")
-        groups = gr.Dataframe(headers=GROUP_COLUMNS, interactive=False, wrap=True, elem_id="tips-groups", max_height=300)
+        groups = gr.Dataframe(headers=GROUP_COLUMNS, interactive=False, wrap=True, column_widths=GROUP_WIDTHS,
+                              elem_id="tips-groups", max_height=300)  # fmt: skip
         pick = gr.Dropdown(label="Group", choices=[], elem_id="tips-group-pick")
         tips = gr.Dataframe(headers=TIP_COLUMNS, interactive=False, wrap=True, elem_id="tips-group-tips", max_height=300)
         with gr.Row():
