@@ -145,7 +145,7 @@ class MemoryConfig:
     note_context: NoteContext = "auto"
     """A tip follows the whole episode (§2) or joins one note per observation; auto: as the writer was trained."""
     structure: MemoryStructure = "flat"
-    """flat: one list per variation, best score first (paper §2); structured: groups by place, ranked by similarity and used/helped counts (docs/memory-structure.md)."""
+    """flat: one list per variation, best score first (paper §2); structured: groups by place, ranked by similarity and used/helped counts; groups, flat-counts, structured-random: its ablations (docs/memory-structure.md)."""
 
 
 @dataclass(frozen=True)

@@ -60,7 +60,7 @@ def _episode(eid: str, actions, observations, score: float, *, first=HALL, tips=
                    score=score, won=score >= 100, first_observation=first)  # fmt: skip
 
 
-def _store(tmp_path, embedder=None, rules=None, **cfg) -> StructuredTipStore:
+def _store(tmp_path, embedder=None, rules=None, **cfg) -> StructuredTipStore:  # rules None: those of cfg's structure
     return StructuredTipStore.open(tmp_path / "s.lance", embedder or KeyedEmbedder(), MemoryConfig(**cfg),
                                    world=TrapEnv(), rules=rules)  # fmt: skip
 
@@ -83,6 +83,21 @@ def test_rank_is_similarity_plus_smoothed_helped_rate():
     assert [rows[i]["id"] for i in st.retrieval_order(rows, sims, 0.5, 2)] == ["C", "A"]  # the shown cap
     rows[0]["created_at"], sims[0] = 0, sims[1]  # A and B at one similarity: B's record wins
     assert [rows[i]["id"] for i in st.retrieval_order(rows, sims, 0.5, 3)] == ["C", "B", "A"]
+
+
+def test_threshold_and_random_order():
+    rows = [dict(id=k, enabled=True, retired=False, pinned=p, used=0, helped=0, created_at=c)
+            for k, p, c in [("A", False, 1), ("B", False, 2), ("C", True, 3), ("D", False, 4)]]  # fmt: skip
+    sims = [0.9, 0.4, 0.1, 0.6]
+    assert [rows[i]["id"] for i in st.retrieval_order(rows, sims, 0.5, 10, threshold=0.5)] == ["C", "A", "D"]  # B ≤ 0.5; pinned C exempt
+    picks = [[rows[i]["id"] for i in st.retrieval_order(rows, sims, 0.5, 3, seed=s)] for s in range(20)]
+    assert all(p[0] == "C" for p in picks)  # pinned first in every draw
+    assert len({tuple(p) for p in picks}) > 1 and picks[3] == [rows[i]["id"] for i in st.retrieval_order(rows, sims, 0.5, 3, seed=3)]
+
+
+def test_the_experiment_arms():
+    assert set(st.ARMS) == {"structured", "groups", "flat-counts", "structured-random"}
+    assert st.ARMS["groups"].count_weight == 0.0 and not st.ARMS["flat-counts"].by_place and st.ARMS["structured-random"].random_order
 
 
 def _row(i, text="old", score=100.0, used=0, helped=0, created_at=1.0, retired=False, pinned=False):
@@ -134,7 +149,7 @@ def test_places_read_from_the_observations():
 def test_config_option():
     assert MemoryConfig().structure == "flat"
     assert RunConfig().with_overrides(memory={"structure": "structured"}).validate().memory.structure == "structured"
-    with pytest.raises(ValueError, match=r"memory.structure must be one of \['flat', 'structured'\]"):
+    with pytest.raises(ValueError, match=r"memory.structure must be one of \['flat', 'structured', 'groups', 'flat-counts', "):
         RunConfig().with_overrides(memory={"structure": "graph"}).validate()
 
 
@@ -316,3 +331,26 @@ def test_a_structured_rollout_asks_at_the_start_and_on_entering_a_new_place(tmp_
     [own] = [r for r in s.group_rows(TASK, 0, room) if r["source_episode_id"] == ep.episode_id]
     # the focus and turn-on entries differ in their action only (text cosine ≥ 0.95): one tip, merged
     assert own["action"] == gold[1] and own["merged_sources"] == ep.episode_id
+
+
+@pytest.mark.parametrize("arm", ["groups", "flat-counts", "structured-random"])
+def test_each_arm_as_a_store(tmp_path, arm):
+    emb = KeyedEmbedder({"the bulb is in the workshop": _unit(0), "the bulb sits in the workshop": _unit(0, 1, 0.97)})
+    s = _store(tmp_path, emb, structure=arm, top_k=2, similarity_threshold=0.5)
+    a = s.add_tip(TASK, 0, "the bulb is in the workshop", place="kitchen")
+    s.add_tip(TASK, 0, "the bulb sits in the workshop", place="kitchen")  # cos 0.97: merged in the full design only
+    s.add_tip(TASK, 0, "zebra 42 qq", place="kitchen")
+    groups = {(g.place, g.tips) for g in s.groups()}
+    if arm == "flat-counts":  # one group per variation, the flat threshold
+        assert groups == {("anywhere", 3)}
+        [(shown, _)] = s.retrieve_explained(TASK, 0, ["the bulb is in the workshop"], places=["kitchen"])
+        assert {t.text for t in shown} == {"the bulb is in the workshop", "the bulb sits in the workshop"}  # zebra ≤ 0.5
+    elif arm == "groups":  # no near-duplicate merge; rank = similarity
+        assert groups == {("kitchen", 3)}
+        [(shown, _)] = s.retrieve_explained(TASK, 0, ["the bulb is in the workshop"], places=["kitchen"])
+        assert shown[0].tip_id == a.tip_id and "0·(0+1)/(0+2)" in shown[0].why
+    else:  # the full design's merge, then a random pick of the group, the same for the same query
+        assert groups == {("kitchen", 2)}
+        [(one, _)] = s.retrieve_explained(TASK, 0, ["q"], places=["kitchen"])
+        [(two, _)] = s.retrieve_explained(TASK, 0, ["q"], places=["kitchen"])
+        assert [t.tip_id for t in one] == [t.tip_id for t in two] and "a random pick" in one[0].why

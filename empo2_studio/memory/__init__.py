@@ -37,12 +37,12 @@ def open_tip_store(
     path: str | Path, embedder: Embedder, cfg: MemoryConfig | None = None, *, env: EnvConfig | None = None,
     world: Any = None, verify_embedder: bool = True,
 ) -> TipStore:
-    """The session's tip memory as `cfg.structure` says: the flat `TipStore` at `path`, or the
-    `StructuredTipStore` at `structured_path(path)` whose places come from `world` (any object with
+    """The session's tip memory as `cfg.structure` says: the flat `TipStore` at `path`, or (structured
+    and its experiment arms, `memory.structure.ARMS`) the `StructuredTipStore` at `structured_path(path)` whose places come from `world` (any object with
     `places(task)` and `place_of(text)`, e.g. a `TextEnv`) or else from the environment `env` names
     (its catalogue only: no JVM starts)."""
     cfg = cfg or MemoryConfig()
-    if cfg.structure != "structured":
+    if cfg.structure == "flat":
         return TipStore.open(path, embedder, cfg, verify_embedder=verify_embedder)
     if world is None and env is not None:
         from empo2_studio.envs import make_env

@@ -153,7 +153,7 @@ class GroupedCuration(TipStore):
             row.update(grec.structure_defaults(), enabled=r["enabled"], edited=r["edited"], id=r["id"] or row["id"],
                        text_vector=np.asarray(t, np.float32).tolist())  # fmt: skip
             row.update(r["structure"])
-            row["place"] = r["structure"].get("place") or self.place_of(r["key_text"])
+            row["place"] = self.filed(r["structure"].get("place") or self.place_of(r["key_text"]))
             rows.append(row)
         with self._lock:
             return self._import_locked(rows)

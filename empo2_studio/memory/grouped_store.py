@@ -18,6 +18,7 @@ whose place the environment does not know is refused naming the valid groups.
 from __future__ import annotations
 
 import time
+import zlib
 from pathlib import Path
 from typing import Any, Protocol, Sequence
 
@@ -69,7 +70,8 @@ class StructuredTipStore(GroupedCuration):
         """Open (or create) the store at `path`; `world` says the places (None: every tip goes to
         `ANYWHERE` and a named place is refused)."""
         store = super().open(path, embedder, cfg, verify_embedder=verify_embedder)
-        store.world, store.rules = world, rules or st.StructureRules()
+        store.world = world
+        store.rules = rules or st.ARMS.get(store.cfg.structure, st.StructureRules())
         if f"{GROUPS}.lance" not in {p.name for p in Path(path).iterdir()}:
             schema = pa.schema([("task", pa.string()), ("variation", pa.int64()), ("place", pa.string()),
                                 ("episodes", pa.int64()), ("mean_score", pa.float64())])  # fmt: skip
@@ -84,8 +86,14 @@ class StructuredTipStore(GroupedCuration):
         return tuple(self.world.places(task)) if self.world is not None else ()
 
     def place_of(self, text: str) -> str:
-        """The place `text` shows (`TextEnv.place_of`), or ANYWHERE."""
+        """The place `text` shows (`TextEnv.place_of`), or ANYWHERE (always, when the rules do not group by place)."""
+        if not self.rules.by_place:
+            return st.ANYWHERE
         return (self.world.place_of(text) if self.world is not None else None) or st.ANYWHERE
+
+    def filed(self, place: str) -> str:
+        """The group a tip of `place` is filed under: `place`, or ANYWHERE when the rules do not group by place."""
+        return place if self.rules.by_place else st.ANYWHERE
 
     def check_place(self, task: str, place: Any) -> str:
         """`place` if the environment knows it for `task` (or ANYWHERE); else ValueError naming the valid groups."""
@@ -99,8 +107,7 @@ class StructuredTipStore(GroupedCuration):
         out = []
         for i, s in enumerate(episode.steps):
             if i > 0:
-                seen = self.world.place_of(episode.steps[i - 1].observation) if self.world is not None else None
-                place = seen or place
+                place = self.filed((self.world.place_of(episode.steps[i - 1].observation) if self.world else None) or place)
             out.append(place)
         return out
 
@@ -144,6 +151,7 @@ class StructuredTipStore(GroupedCuration):
         key_text = text if key_text is None else rec.check_text(key_text, "key text", rec.MAX_KEY_CHARS)
         vectors = self._embed([key_text, text])
         row = new_row(task, variation, text, action, score, "", key_text, vectors[0], time.time(), "manual")
+        place = self.filed(place)
         row.update(grec.structure_defaults(), enabled=enabled, place=place, pinned=pinned, text_vector=vectors[1].tolist())
         with self._lock:
             if any(r["text"] == text for r in self._group_rows_locked(task, variation, place)):
@@ -269,12 +277,14 @@ class StructuredTipStore(GroupedCuration):
             raise ValueError(f"got {len(places)} places for {len(query_texts)} queries")
         if not query_texts:
             return []
-        wanted = [self.place_of(q) if places is None or places[i] is None else places[i] for i, q in enumerate(query_texts)]
+        wanted = [self.place_of(q) if places is None or places[i] is None else self.filed(places[i]) for i, q in enumerate(query_texts)]
+        thr = self.cfg.similarity_threshold if self.rules.threshold else None
         out = []
-        for place, q in zip(wanted, self._embed(list(query_texts))):
+        for place, q, text in zip(wanted, self._embed(list(query_texts)), query_texts):
             rows = self._group_rows(task, variation, place) + ([] if place == st.ANYWHERE else self._group_rows(task, variation, st.ANYWHERE))
             sims = [float(np.dot(r["vector"], q)) for r in rows]
-            chosen = st.retrieval_order(rows, sims, self.rules.count_weight, self.cfg.top_k)
+            seed = zlib.crc32(text.encode()) if self.rules.random_order else None
+            chosen = st.retrieval_order(rows, sims, self.rules.count_weight, self.cfg.top_k, threshold=thr, seed=seed)
             hits = [RetrievedTip(rows[i]["id"], rows[i]["text"], float(rows[i]["score"]), sims[i], bool(rows[i]["pinned"]),
                                  self._why(rows[i], sims[i])) for i in chosen]  # fmt: skip
             out.append((hits, self._why_not(rows, sims, set(chosen))))
@@ -283,7 +293,7 @@ class StructuredTipStore(GroupedCuration):
     def _why(self, r: dict[str, Any], sim: float) -> str:
         """"group kitchen · pinned · rank 1.03 = similarity 0.78 + 0.5·(1+1)/(2+2) · used 2, helped 1"."""
         u, h, w = r["used"], r["helped"], self.rules.count_weight
-        pin = " · pinned" if r["pinned"] else ""
+        pin = " · pinned" if r["pinned"] else " · a random pick" if self.rules.random_order else ""
         return f"group {r['place']}{pin} · rank {st.rank(sim, u, h, w):.2f} = similarity {sim:.2f} + {w:g}·({h}+1)/({u}+2) · used {u}, helped {h}"
 
     def _why_not(self, rows: list[dict[str, Any]], sims: list[float], shown: set[int]) -> list[SkippedTip]:

@@ -35,6 +35,7 @@ retires the worst (`evict`).
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -53,6 +54,27 @@ class StructureRules:
     """Text cosine at or above which two tips of one group with opposite outcomes contradict."""
     max_stored: int = 50
     """Live (not retired) tips kept per group; the worst record is retired beyond it."""
+    by_place: bool = True
+    """Group by place; False files every tip under ANYWHERE (one group per variation, as the flat memory)."""
+    threshold: bool = False
+    """Show only tips whose similarity is above `MemoryConfig.similarity_threshold` (the flat rule; pinned
+    tips exempt). Off in a place's group: the group is the filter."""
+    random_order: bool = False
+    """Show a random sample of the group's live tips instead of the best ranked (the "does the content
+    matter?" arm); seeded by the query, so a replay shows the same sample."""
+
+
+ARMS: dict[str, StructureRules] = {
+    "structured": StructureRules(),
+    "groups": StructureRules(count_weight=0.0, near_duplicate=2.0, contradiction=2.0),
+    "flat-counts": StructureRules(near_duplicate=2.0, contradiction=2.0, max_stored=1000, by_place=False, threshold=True),
+    "structured-random": StructureRules(random_order=True),
+}
+"""The rules of each non-flat `memory.structure` (issue 49's experiment arms, item 2):
+structured: the full design; groups: groups by place, rank = similarity alone, no merge or contradiction
+(exact duplicates still merge, as the flat memory skips them); flat-counts: one group per variation, the flat
+threshold, rank = similarity + counts, the flat cap of 1000; structured-random: the full design showing a
+random sample of the group (same count). A cosine never reaches 2.0, so those rules never fire."""
 
 
 @dataclass(frozen=True)
@@ -115,11 +137,19 @@ def record(row: dict[str, Any]) -> tuple[float, float]:
 
 
 def retrieval_order(rows: Sequence[dict[str, Any]], sims: Sequence[float], count_weight: float,
-                    max_shown: int) -> list[int]:  # fmt: skip
-    """Indices of the live rows to show, best first: pinned first, then rank desc, ties newer first."""
-    live = [i for i, r in enumerate(rows) if r["enabled"] and not r["retired"]]
+                    max_shown: int, *, threshold: float | None = None, seed: int | None = None) -> list[int]:  # fmt: skip
+    """Indices of the live rows to show, best first: pinned first, then rank desc, ties newer first.
+    `threshold`: unpinned rows need a similarity above it. `seed`: the unpinned rows in a random order
+    drawn with it instead of by rank (the random arm)."""
+    live = [i for i, r in enumerate(rows) if r["enabled"] and not r["retired"]
+            and (r["pinned"] or threshold is None or sims[i] > threshold)]  # fmt: skip
     live.sort(key=lambda i: (not rows[i]["pinned"], -rank(sims[i], rows[i]["used"], rows[i]["helped"], count_weight),
                              -rows[i]["created_at"]))  # fmt: skip
+    if seed is not None:
+        pinned = [i for i in live if rows[i]["pinned"]]
+        rest = [i for i in live if not rows[i]["pinned"]]
+        random.Random(seed).shuffle(rest)
+        live = pinned + rest
     return live[:max_shown]
 
 

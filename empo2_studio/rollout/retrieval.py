@@ -38,8 +38,8 @@ def cap(text: str) -> str:
 
 
 def is_structured(store: Any) -> bool:
-    """Does the store retrieve by place (`memory.StructuredTipStore`)?"""
-    return callable(getattr(store, "episode_places", None))
+    """Does the store retrieve by place (a `memory.StructuredTipStore` whose rules group by place)?"""
+    return callable(getattr(store, "episode_places", None)) and getattr(getattr(store, "rules", None), "by_place", False)
 
 
 def retrieve_tips(
