@@ -20,7 +20,7 @@ def run_tips(cmd: TipsCmd) -> int:
     """`empo2-studio tips list|export|import|reembed --session RUN_ID`."""
     a = cmd.action
     session = open_session(a.session, a.sessions_dir)
-    structured = session.config.memory.structure == "structured"
+    structured = session.config.memory.structure != "flat"
     where = session.tips_path.with_name(f"{session.tips_path.stem}-structured{session.tips_path.suffix}") if structured else session.tips_path
     if isinstance(a, (TipsList, TipsExport)) and not where.exists():  # where open_tip_store keeps them
         print(f"session {session.run_id!r} has no tips yet")
