@@ -91,6 +91,12 @@ class RemoteEnv:
     def summarise_episode(self, episode: Any) -> str | None:
         return self._call("summarise_episode", episode)
 
+    def places(self, task: str) -> tuple[str, ...]:
+        return self._cached("places", task)
+
+    def place_of(self, observation: str) -> str | None:
+        return self._call("place_of", observation)
+
     def java_pid(self) -> int | None:
         """The pid of this instance's JVM (None before its first reset, or for the trap env)."""
         return self._ray.get(self._actor.java_pid.remote())
