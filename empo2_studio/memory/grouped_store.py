@@ -36,7 +36,7 @@ from empo2_studio.memory.tip_table import entry_text, new_row
 from empo2_studio.types import Episode, RetrievedTip, SkippedTip, Tip
 
 GROUPS = "groups"
-_COLS = ["id", "text", "action", "score", "seq", "created_at", "enabled", "place", "used", "helped", "pinned", "retired",
+_COLS = ["id", "text", "action", "origin", "score", "seq", "created_at", "enabled", "place", "used", "helped", "pinned", "retired",
          "retired_reason", "merged_sources", "source_episode_id", "vector", "text_vector"]  # fmt: skip
 
 
@@ -193,7 +193,8 @@ class StructuredTipStore(GroupedCuration):
             updates: dict[str, dict[str, Any]] = {}
             fresh: list[dict[str, Any]] = []
             for row in new:
-                pool = existing + fresh
+                # a teacher's tip (manual, or pinned) is curated: the rules never merge it or retire it
+                pool = [] if row["origin"] == "manual" else [r for r in existing + fresh if r["origin"] != "manual" and not r["pinned"]]
                 sims = [float(np.dot(row["text_vector"], r["text_vector"])) for r in pool]
                 p = st.placement(row["text"], row["score"], row["created_at"], pool, sims, self.rules)
                 if p.kind == "merge":

@@ -28,7 +28,8 @@ the cosine between the tip TEXTS' embeddings:
 - contradiction: text_sim ≥ `contradiction` (0.80) and the opposite outcome (outcome: the source episode
   scored > 0, or not) → the better record (`record`) stays, the other is retired; ties go to the newer tip;
 - otherwise added.
-Merging sums `used` and `helped` into the kept tip and appends the merged tip's source episode to its
+A teacher's tip (added by hand, or pinned) is never merged into or retired by these rules, and a new one
+is always added (the store refuses an exact duplicate). Merging sums `used` and `helped` into the kept tip and appends the merged tip's source episode to its
 `merged_sources`; the kept text is never rewritten. After an add, a group over `max_stored` live tips
 retires the worst (`evict`).
 """
