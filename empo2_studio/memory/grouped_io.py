@@ -179,5 +179,8 @@ class GroupedCuration(TipStore):
             row["seq"], seqs[key] = seqs[key], seqs[key] + 1
             kept.append(row)
         if kept:
+            before = self._table.count_rows()
             self._add_rows(kept)
+            if self._table.count_rows() != before + len(kept):  # every line is a row or a counted duplicate
+                raise RuntimeError(f"import wrote {self._table.count_rows() - before} rows for {len(kept)} tips")
         return ImportResult(len(kept), skipped)
