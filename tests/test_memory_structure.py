@@ -365,3 +365,15 @@ def test_each_arm_as_a_store(tmp_path, arm):
         [(one, _)] = s.retrieve_explained(TASK, 0, ["q"], places=["kitchen"])
         [(two, _)] = s.retrieve_explained(TASK, 0, ["q"], places=["kitchen"])
         assert [t.tip_id for t in one] == [t.tip_id for t in two] and "a random pick" in one[0].why
+
+
+@pytest.mark.scienceworld
+def test_scienceworld_observations_name_their_place():
+    from empo2_studio.envs.scienceworld import ScienceWorldEnv
+
+    with ScienceWorldEnv() as env:
+        first = env.reset("power-component", 0)
+        seen = [env.place_of(first.text)]
+        for action in ("teleport to art studio", "look around", "teleport to outside", "look around", "wait1"):
+            seen.append(env.place_of(env.step(action).observation.text))
+    assert seen == ["hallway", "art studio", "art studio", "outside", "outside", None]  # "wait1" names no place
