@@ -78,3 +78,16 @@ def test_the_tips_tab_holds_the_groups_panel_and_a_session_switch_fills_it(studi
         assert set(update) == set(outputs)
         status = next(v for c, v in update.items() if getattr(c, "elem_id", None) == "tips-groups-status")
         assert ("flat" in status) == flat
+
+
+def test_the_episodes_view_says_why_a_structured_memory_chose_a_tip():
+    from empo2_studio.app import render
+    from empo2_studio.types import ActionSample, RetrievedTip, Step
+
+    why = "group hallway · rank 1.30 = similarity 1.00 + 0.5·(2+1)/(3+2) · used 3, helped 2"
+    tips = (RetrievedTip("a", "go to the workshop", 0.0, 1.0, why=why), RetrievedTip("b", "a flat tip", 0.0, 0.7))
+    step = Step(index=0, user_message="m", tips=tips, valid_actions=("look around",),
+                sample=ActionSample("look around", (1,), (0.0,)), action="look around", corrected=False,
+                reward=0.0, score=0.0, observation="o")  # fmt: skip
+    html = render.step_html(step, "memory")
+    assert f'<span class="e2-why">({why})</span>' in html and html.count('class="e2-why"') == 1
