@@ -141,9 +141,10 @@ class StructuredTipStore(GroupedCuration):
     def add_tip(self, task: str, variation: int, text: str, *, score: float = 0.0, action: str = "",  # type: ignore[override]
                 key_text: str | None = None, enabled: bool = True, place: str = st.ANYWHERE,
                 pinned: bool = False) -> Tip:  # fmt: skip
-        """A teacher's tip in the group `place` (default ANYWHERE). Raises ValueError for an unknown
-        place (naming the valid groups), bad values, or the same text already in the group; a near
-        duplicate is merged into the tip it repeats, which is returned."""
+        """A teacher's tip in the group `place` (default ANYWHERE), always added: the rules never merge
+        or retire a teacher's tip (`structure` docstring), only the group cap may retire an unpinned one.
+        Raises ValueError for an unknown place (naming the valid groups), bad values, or the same text
+        already in the group."""
         rec.check_task(task), rec.check_variation(variation), rec.check_text(text)
         self.check_place(task, place)
         score = rec.check_score(score)
@@ -157,7 +158,7 @@ class StructuredTipStore(GroupedCuration):
             if any(r["text"] == text for r in self._group_rows_locked(task, variation, place)):
                 raise ValueError(f"a tip with this exact text already exists in group {st.group_label(task, variation, place)!r}: {text!r:.120}")
             added = self._place_locked([row])
-        return rec.row_to_tip(added[0]) if added else self.get(self._merged_into)
+        return rec.row_to_tip(added[0])
 
     def record_episode(self, episode: Episode) -> int:
         """Count the episode's reading of its tips: each distinct tip shown gets used += 1, and
@@ -203,7 +204,6 @@ class StructuredTipStore(GroupedCuration):
                     target["helped"] += row["helped"]
                     target["merged_sources"] = grec.with_source(target["merged_sources"], row["source_episode_id"])
                     updates[target["id"]] = target
-                    self._merged_into = target["id"]
                     continue
                 if p.kind == "contradiction":
                     old = next(r for r in pool if r["id"] == p.target)
