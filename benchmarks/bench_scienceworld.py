@@ -101,7 +101,7 @@ def plan_of(args, env: ScienceWorldEnv, task: str, variation: int) -> list[str]:
     """The mapped gold path of the variation, or its teleporting form with --teleport (when it has one)."""
     actions, _ = env.valid_gold_path(task, variation)
     if args.teleport:
-        sys.path.insert(0, str(ROOT / "scripts"))
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
         from make_sw_warmstart import teleport_path
 
         actions = teleport_path(env, task, variation, actions) or actions

@@ -261,8 +261,9 @@ def main(argv: list[str] | None = None) -> int:
         "base_model": EMBEDDED_MODEL,
         "trained_on": "ScienceWorld train/dev variations of the tasks below (never a held-out task): the "
         "mapped gold path played with its plan pinned as a note (likelihood, constrained decoding, compact "
-        "prompt), and note-free random walks held to the --init adapter (KL)",
-        "envs": ["scienceworld"] + (json.loads(init_meta.read_text()).get("envs", []) if init_meta.is_file() else []),
+        "prompt; a share of the plans, teleport_share, rewritten to teleport between rooms), and note-free random "
+        "walks held to the --init adapter (KL)",
+        "envs": list(dict.fromkeys(["scienceworld"] + (json.loads(init_meta.read_text()).get("envs", []) if init_meta.is_file() else []))),
         "tasks": seen, "splits": args.splits, "prompt_style": prompts.prompt_style("scienceworld"),
         "init": str(args.init.resolve().relative_to(ROOT)) if args.init.resolve().is_relative_to(ROOT) else str(args.init),
         "variations": args.variations, "per_variation": args.per_variation, "whole_share": args.whole_share,
