@@ -92,19 +92,19 @@ def part_tips(args, policy, env) -> tuple[list[str], dict]:
     return lines, out
 
 
-def naive_rate(trainer, variations: list[int], episodes: int, seed: int, temperature: float) -> float:
+def naive_rate(trainer, variations: list[int], episodes: int, seed: int, temperature: float, split: str) -> float:
     envs = trainer.envs(episodes)
     wins = []
     for v in variations:
         seed_policy(trainer.policy, seed * 1000 + v)
-        eps = play_group(envs, trainer.policy, trainer.store, task=TASK, variation=v, split="test", rollout_mode="naive",
+        eps = play_group(envs, trainer.policy, trainer.store, task=TASK, variation=v, split=split, rollout_mode="naive",
                          update_mode=None, temperature=temperature, seed=seed * 1000 + v, group_id="")  # fmt: skip
         wins += [e.won for e in eps]
     return sum(wins) / len(wins)
 
 
 def part_lesson(args, policy, env, root: Path, warm: list[torch.Tensor]) -> tuple[list[str], dict]:
-    test_vs = list(env.variations(TASK, "test")[: args.test_variations])
+    test_vs = list(env.variations(TASK, args.eval_split)[: args.test_variations])
     rows: dict[str, list[float]] = {}
     for seed in args.seeds:
         with torch.no_grad():
@@ -119,7 +119,7 @@ def part_lesson(args, policy, env, root: Path, warm: list[torch.Tensor]) -> tupl
         trainer = Trainer(cfg, Session.create(root, cfg), policy=policy, embedder=args.embedder)
         t0 = time.perf_counter()
         try:
-            test_before = naive_rate(trainer, test_vs, args.test_episodes, seed, args.temperature)
+            test_before = naive_rate(trainer, test_vs, args.test_episodes, seed, args.temperature, args.eval_split)
             lesson = Lesson(trainer, LessonSettings(task=TASK, variations=tuple(args.variations), episodes=args.episodes,
                                                     distill_steps=args.distill_steps, temperature=args.temperature, seed=seed))
             tips = {v: tip_for(env, v, args.wording)[0] for v in args.variations}
@@ -131,7 +131,7 @@ def part_lesson(args, policy, env, root: Path, warm: list[torch.Tensor]) -> tupl
                       f"[{time.perf_counter() - t:.0f} s]", flush=True)
             lesson_seconds = sum(s.seconds for s in stages.values())
             policy.clear_cache()
-            test_after = naive_rate(trainer, test_vs, args.test_episodes, seed, args.temperature)
+            test_after = naive_rate(trainer, test_vs, args.test_episodes, seed, args.temperature, args.eval_split)
         finally:
             trainer.close()
         measured = {"naive": stages["naive"].success_rate, "memory": stages["memory"].success_rate,
@@ -149,8 +149,8 @@ def part_lesson(args, policy, env, root: Path, warm: list[torch.Tensor]) -> tupl
              "| measure | success |", "|---|---|",
              f"| 1 · naive | {spread['naive']} |", f"| 3 · with the tip | {spread['memory']} |",
              f"| 5 · naive after distillation | {spread['naive_again']} |",
-             f"| naive, test variations {test_vs[0]}–{test_vs[-1]} ({args.test_episodes} episodes each), before | {spread['test_before']} |",
-             f"| naive, test variations {test_vs[0]}–{test_vs[-1]}, after | {spread['test_after']} |",
+             f"| naive, {args.eval_split} variations {test_vs[0]}–{test_vs[-1]} ({args.test_episodes} episodes each), before | {spread['test_before']} |",
+             f"| naive, {args.eval_split} variations {test_vs[0]}–{test_vs[-1]}, after | {spread['test_after']} |",
              "", f"Lesson stages' wall time: {spread['lesson_seconds']} s per seed."]  # fmt: skip
     return lines, rows
 
@@ -208,7 +208,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--distill-steps", type=int, default=LessonSettings().distill_steps)
     ap.add_argument("--lr", type=float, default=None, help="distillation learning rate (default: the Lesson tab's)")
     ap.add_argument("--step-limit", type=int, default=LESSON_STEP_LIMIT)
-    ap.add_argument("--test-variations", type=int, default=10, help="the first N test variations")
+    ap.add_argument("--test-variations", type=int, default=10, help="the first N variations of --eval-split")
+    ap.add_argument("--eval-split", default="test", choices=["test", "dev"],
+                    help="where naive success is measured before and after (dev: to choose lesson settings)")
     ap.add_argument("--test-episodes", type=int, default=2)
     ap.add_argument("--temperature", type=float, default=1.0)
     ap.add_argument("--wording", type=int, default=None, metavar="N", help="the lesson's tip in held-out wording N")

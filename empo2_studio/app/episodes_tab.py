@@ -32,8 +32,9 @@ SCIENCEWORLD_NOTE = (
     "side-by-side pair usually ends with both columns at the same low score and few useful tips, and one "
     "pair takes minutes on a CPU. A ScienceWorld session starts from an adapter that reads a plan: with a "
     "tip that lists the task's steps (Tips tab, pinned), it gives each next step 0.89–0.96 on test "
-    "variations it never saw (docs/benchmarks/scienceworld.md). For what memory and distillation change, "
-    "start with the **Lesson** tab (trap env)."
+    "variations it never saw (docs/benchmarks/scienceworld.md). On **find-animal** the pair offers the "
+    "Lesson's tip (the animals are outside; naive episodes never win there, with the tip 0.88–1.00 do) and "
+    "the **Lesson** tab plays the whole story (docs/benchmarks/sw_lesson.md)."
 )
 """Shown in the Episodes tab while a ScienceWorld session is open with the embedded model; `{actions}`
 is what its decoding (`NOTE_ACTIONS`) lets it play."""
