@@ -32,7 +32,7 @@ from empo2_studio.memory import records as rec
 from empo2_studio.memory import structure as st
 from empo2_studio.memory.embedder import Embedder
 from empo2_studio.memory.grouped_io import GroupedCuration
-from empo2_studio.memory.tip_table import entry_text, new_row
+from empo2_studio.memory.tip_table import checked_entries, new_row
 from empo2_studio.types import Episode, RetrievedTip, SkippedTip, Tip
 
 GROUPS = "groups"
@@ -116,13 +116,7 @@ class StructuredTipStore(GroupedCuration):
         """Credit the tips the episode read (`record_episode`), then store its tip once per step in
         the group of the step's place: merged, contradicting or added (`structure.placement`).
         Returns the entries added (merged ones are not new tips). ValueError on bad input, nothing written."""
-        task, variation = rec.check_task(episode.task), rec.check_variation(episode.variation)
-        score = rec.check_score(episode.score)
-        rec.check_text(tip_text)
-        rec.check_text(key_text, "key text", rec.MAX_KEY_CHARS)
-        texts = [entry_text(tip_text, s.action or s.sample.text, score) for s in episode.steps]
-        for t in texts:
-            rec.check_text(t, "tip entry text")
+        task, variation, score, texts = checked_entries(episode, tip_text, key_text)
         self.record_episode(episode)
         if not texts:
             return []

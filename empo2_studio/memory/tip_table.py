@@ -63,6 +63,22 @@ def entry_text(tip_text: str, action: str, score: float) -> str:
     return f"{tip_text.rstrip(' .;')}; at that step the action taken was {action}; the episode ended with score {score:.1f}/100"
 
 
+def checked_entries(episode: Episode, tip_text: str, key_text: str) -> tuple[str, int, float, list[str]]:
+    """(task, variation, score, one entry text per step) of an episode's tip, every part checked.
+
+    Raises:
+        ValueError: a bad task, variation, score, tip text, key text or entry text (named).
+    """
+    task, variation = rec.check_task(episode.task), rec.check_variation(episode.variation)
+    score = rec.check_score(episode.score)
+    rec.check_text(tip_text)
+    rec.check_text(key_text, "key text", rec.MAX_KEY_CHARS)
+    texts = [entry_text(tip_text, s.action or s.sample.text, score) for s in episode.steps]
+    for t in texts:
+        rec.check_text(t, "tip entry text")
+    return task, variation, score, texts
+
+
 class TipTable:
     """The LanceDB tip table with its write lock and embedder record. Create with `open(path, embedder, cfg)`."""
 
@@ -124,13 +140,7 @@ class TipTable:
         """Store the episode's tip once per step (paper §2); returns the entries written (duplicates
         of existing texts in the partition are skipped). Raises ValueError on a bad tip text, key
         text, task, variation or score; nothing is written then."""
-        task, variation = rec.check_task(episode.task), rec.check_variation(episode.variation)
-        score = rec.check_score(episode.score)
-        rec.check_text(tip_text)
-        rec.check_text(key_text, "key text", rec.MAX_KEY_CHARS)
-        texts = [entry_text(tip_text, s.action or s.sample.text, score) for s in episode.steps]
-        for t in texts:
-            rec.check_text(t, "tip entry text")
+        task, variation, score, texts = checked_entries(episode, tip_text, key_text)
         if not texts:
             return []
         vector = self._embed([key_text])[0]
