@@ -65,6 +65,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _results import add_result_option, write_result  # noqa: E402
 
 
+def restore_weights(policy, warm: list[torch.Tensor]) -> None:
+    """Put the warm start's trainable weights (`warm`, cloned at load) back, so each seed starts from them."""
+    with torch.no_grad():
+        for p, w in zip(policy.trainable_parameters(), warm):
+            p.copy_(w)
+    policy.clear_cache()
+
+
 def rss_gb() -> float:
     """Peak resident set size of this process so far, GiB (Linux reports KiB)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
@@ -197,10 +205,7 @@ def part_distill(args, policy, embedder, root: Path, warm: list[torch.Tensor]) -
     test_vs = list(env.variations(task, "test")[: args.variations_per_split])
     rows: dict[str, list[float]] = {}
     for seed in args.seeds:
-        with torch.no_grad():
-            for p, w in zip(policy.trainable_parameters(), warm):
-                p.copy_(w)
-        policy.clear_cache()
+        restore_weights(policy, warm)
         cfg = lesson_config(task, seed, args)
         session = Session.create(root, cfg)
         trainer = Trainer(cfg, session, policy=policy, embedder=embedder, writer=args.writer)
@@ -274,10 +279,7 @@ def part_adapt(args, policy, embedder, root: Path, warm: list[torch.Tensor]) -> 
     for task in args.adapt_tasks:
         per_trial: list[list[float]] = [[] for _ in range(args.adapt_trials + 1)]
         for seed in args.seeds:
-            with torch.no_grad():
-                for p, w in zip(policy.trainable_parameters(), warm):
-                    p.copy_(w)
-            policy.clear_cache()
+            restore_weights(policy, warm)
             cfg = dataclasses.replace(lesson_config(args.distill_task, seed, args), run_id=f"adapt-{task}-seed{seed}")
             trainer = Trainer(cfg, Session.create(root, cfg), policy=policy, embedder=embedder, writer=args.writer)
             for row in trainer.adapt(task, trials=args.adapt_trials):
@@ -301,10 +303,7 @@ def matmul_gflops() -> float:
 def part_speed(args, policy, embedder, root: Path, warm: list[torch.Tensor]) -> tuple[str, dict]:
     """Bar 6: one iteration per update mode (group 8, step limit 8) and a Distill now over 16 episodes."""
     task = args.distill_task
-    with torch.no_grad():
-        for p, w in zip(policy.trainable_parameters(), warm):
-            p.copy_(w)
-    policy.clear_cache()
+    restore_weights(policy, warm)
     cfg = dataclasses.replace(lesson_config(task, 0, args), run_id="speed")
     session = Session.create(root, cfg)
     trainer = Trainer(cfg, session, policy=policy, embedder=embedder, writer=args.writer)

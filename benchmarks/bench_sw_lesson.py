@@ -47,6 +47,7 @@ from empo2_studio.trainer import Trainer  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _results import add_result_option, write_result  # noqa: E402
+from bench_lesson import restore_weights  # noqa: E402
 from bench_scienceworld import path_turns  # noqa: E402
 
 TASK = "find-animal"
@@ -107,10 +108,7 @@ def part_lesson(args, policy, env, root: Path, warm: list[torch.Tensor]) -> tupl
     test_vs = list(env.variations(TASK, args.eval_split)[: args.test_variations])
     rows: dict[str, list[float]] = {}
     for seed in args.seeds:
-        with torch.no_grad():
-            for p, w in zip(policy.trainable_parameters(), warm):
-                p.copy_(w)
-        policy.clear_cache()
+        restore_weights(policy, warm)
         cfg = RunConfig(run_id=f"sw-lesson-seed{seed}", seed=seed,
                         env=EnvConfig(name="scienceworld", task=TASK, variations=tuple(args.variations), step_limit=args.step_limit),
                         memory=MemoryConfig(embedder="minilm", note_writer="none"),
@@ -164,10 +162,7 @@ def part_speed(args, policy, env, root: Path, warm: list[torch.Tensor]) -> tuple
     """Bar 5: one training iteration per update mode (group 8, step limit 10) on the lesson's
     variations, the pre-filled tip in memory, the session's default memory settings (its note writer
     writes a tip after each episode); the time split and the prompt tokens prefilled."""
-    with torch.no_grad():
-        for p, w in zip(policy.trainable_parameters(), warm):
-            p.copy_(w)
-    policy.clear_cache()
+    restore_weights(policy, warm)
     cfg = RunConfig(run_id="sw-speed", env=EnvConfig(name="scienceworld", task=TASK, variations=tuple(args.variations),
                                                      step_limit=args.step_limit),
                     memory=MemoryConfig(embedder="minilm"), rollout=RolloutConfig(group_size=8),
