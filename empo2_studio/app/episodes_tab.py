@@ -31,8 +31,8 @@ SCIENCEWORLD_NOTE = (
     "**ScienceWorld with the embedded 135M model.** {actions} and writes tips, but on its own it rarely scores: a "
     "side-by-side pair usually ends with both columns at the same low score and few useful tips, and one "
     "pair takes minutes on a CPU. A ScienceWorld session starts from an adapter that reads a plan: with a "
-    "tip that lists the task's steps (Tips tab, pinned), it gives each next step 0.89–0.96 on test "
-    "variations it never saw (docs/benchmarks/scienceworld.md). On **find-animal** the pair offers the "
+    "tip that lists the task's steps (Tips tab, pinned), it gives each next step 0.96–0.99 on dev "
+    "variations it never saw (its first version: 0.89–0.96 on test ones; docs/benchmarks/scienceworld.md). On **find-animal** the pair offers the "
     "Lesson's tip (the animals are outside; naive episodes never win there, with the tip 0.88–1.00 do) and "
     "the **Lesson** tab plays the whole story (docs/benchmarks/sw_lesson.md)."
 )
