@@ -7,13 +7,17 @@ words of the step's valid actions (`ScienceWorldEnv.valid_gold_path`), written a
 (`prompts.remaining_plan`), as the rollout shows a plan.
 
 Part "probs": the mapped gold path played with the note pinned (and with no note), the probability the
-policy gives each gold action (token-level constrained decoding, T = 1, as the studio samples); per
-task the mean and minimum over steps and the product over the path (the chance of playing the whole
-plan), and the label bias at the focus step: P of the most likely wrong "focus on …" action (one
-action's first tokens decide the focus; the rest of the mass goes wherever the trie sends it).
+policy gives each gold action (T = 1, as the studio samples) under `--decoding`: "constrained" (the
+token-level trie over the step's valid actions, the product of its token probabilities) or "action"
+(the whole-action categorical over the step's valid actions, `policy.choice_norm`); per task the mean
+and minimum over steps and the product over the path (the chance of playing the whole plan), and the
+label bias at the focus step: P of the most likely wrong "focus on …" action (constrained: among the
+`WRONG_FOCUS_CANDIDATES` closest in words, each scored as a whole conversation; action: among all the
+step's "focus on …" actions, read off the one categorical).
 
 Part "play": episodes with the plan pinned (memory rollout, step limit 30, T = 1) and naive ones;
-success (score 100) per task, mean and min–max over seeds.
+success (score 100) per task, mean and min–max over seeds. `--notes plan` plays and scores only the
+plan-pinned condition (naive episodes score 0 and run to the step limit).
 
     .venv/bin/python benchmarks/bench_scienceworld.py                    (the adapter a ScienceWorld session starts from)
     .venv/bin/python benchmarks/bench_scienceworld.py --parts probs --warm-start auto   (the trap's route adapter)
@@ -42,6 +46,7 @@ from empo2_studio.config import WARM_START_DIR, RunConfig  # noqa: E402
 from empo2_studio.envs.actions import jaccard, words  # noqa: E402
 from empo2_studio.envs.scienceworld import HELD_OUT_TASKS, ScienceWorldEnv  # noqa: E402
 from empo2_studio.policy import Turn, load_policy, prompts  # noqa: E402
+from empo2_studio.policy.choice import candidates, categorical, tree_logprobs  # noqa: E402
 from empo2_studio.rollout import play_group, seed_policy  # noqa: E402
 from empo2_studio.sessions import auto_warm_start, default_sessions_root, fresh_dir  # noqa: E402
 from empo2_studio.types import RetrievedTip  # noqa: E402
@@ -82,11 +87,43 @@ WRONG_FOCUS_CANDIDATES = 12
 (each is a whole conversation prefix to score, and a room offers up to 100 of them)."""
 
 
+CHOICE_CHUNK = 150
+"""Action decoding: candidates scored per forward here (a room offers 140–570 valid actions; all of a
+path's turns in one packed forward, as `policy.score` does, needs tens of GB for its attention mask)."""
+
+
+def action_distribution(policy, turns: list[Turn], k: int) -> list[float]:
+    """Action decoding: π over turn `k`'s valid actions (T = 1), in their order — the categorical
+    `policy.score` and the sampler compute, its candidates fed `CHOICE_CHUNK` at a time after the prompt."""
+    prompt = policy.prompt_ids(list(turns[:k]) + [Turn(turns[k].user_text, None, turns[k].valid_actions)])
+    actions = turns[k].valid_actions
+    cands = candidates(policy.chat_format, actions)
+    lps = []
+    with torch.no_grad():
+        for i in range(0, len(cands), CHOICE_CHUNK):
+            lps += tree_logprobs(policy.model, prompt, [(len(prompt), cands[i : i + CHOICE_CHUNK])])[0]
+        return categorical(policy.chooser.logits(lps, actions), 1.0).exp().tolist()
+
+
+def gold_probs(policy, turns: list[Turn], actions: list[str]) -> list[float]:
+    """P(gold action) at every turn under the policy's decoding (T = 1)."""
+    if policy.decoding == "action":
+        return [action_distribution(policy, turns, k)[turns[k].valid_actions.index(a)]
+                for k, a in enumerate(actions[: len(turns)])]  # fmt: skip
+    with torch.no_grad():
+        return [float(lp.sum().exp()) for lp in policy.score([turns])[0]]
+
+
 def wrong_focus(policy, turns: list[Turn], k: int, gold: str) -> tuple[str, float]:
-    """The most likely "focus on …" action other than `gold` at turn `k` among the
-    `WRONG_FOCUS_CANDIDATES` closest to it in words, and its probability (each scored as the answer of
-    turn k, token-level, as the trie samples it)."""
+    """The most likely "focus on …" action other than `gold` at turn `k`, and its probability.
+    Constrained decoding: among the `WRONG_FOCUS_CANDIDATES` closest to it in words, each scored as the
+    answer of turn k, token-level, as the trie samples it. Action decoding: among all of them, read off
+    the step's categorical."""
     others = [a for a in turns[k].valid_actions if a.startswith("focus on") and a != gold]
+    if policy.decoding == "action":
+        pi = dict(zip(turns[k].valid_actions, action_distribution(policy, turns, k)))
+        best = max(sorted(others), key=pi.__getitem__)
+        return best, pi[best]
     candidates = sorted(others, key=lambda a: (-jaccard(words(a), words(gold)), a))[:WRONG_FOCUS_CANDIDATES]
     fmt = policy.chat_format
     convs = [turns[:k] + [dataclasses.replace(turns[k], action_ids=fmt.encode(a) + (fmt.eot_id,))] for a in candidates]
@@ -109,18 +146,18 @@ def plan_of(args, env: ScienceWorldEnv, task: str, variation: int) -> list[str]:
 
 
 def part_probs(args, policy, env) -> tuple[list[str], dict]:
-    lines = ["### P(gold action) along the mapped gold path, token-level, T = 1 (mean over the task's test variations)",
+    how = "token-level" if args.decoding == "constrained" else f"whole-action choice ({policy.chooser.settings.norm} norm)"
+    lines = [f"### P(gold action) along the mapped gold path, {how}, T = 1 (mean over the task's {args.split} variations)",
              "", "| task | note | mean P per step | min P per step | P(whole path) | P(focus) | most likely wrong focus |",
              "|---|---|---|---|---|---|---|"]  # fmt: skip
     out: dict = {}
     for task, variations in args.tasks.items():
-        for note_kind in ("plan", "none"):
+        for note_kind in args.notes:
             rows = []
             for v in variations:
                 actions = plan_of(args, env, task, v)
                 turns = path_turns(env, policy, task, v, actions, prompts.plan_note(actions) if note_kind == "plan" else None)
-                with torch.no_grad():
-                    ps = [float(lp.sum().exp()) for lp in policy.score([turns])[0]]
+                ps = gold_probs(policy, turns, actions)
                 k = next(i for i, a in enumerate(actions[: len(turns)]) if a.startswith("focus on"))
                 gold = actions[k]
                 wrong, p_wrong = wrong_focus(policy, turns, k, gold)
@@ -138,7 +175,7 @@ def part_probs(args, policy, env) -> tuple[list[str], dict]:
 
 
 def part_play(args, policy, env) -> tuple[list[str], dict]:
-    lines = [f"### Success (score 100), {args.episodes} episodes × {len(args.seeds)} seeds per test variation, "
+    lines = [f"### Success (score 100), {args.episodes} episodes × {len(args.seeds)} seeds per {args.split} variation, "
              f"step limit {args.step_limit}, T = {args.temperature} (mean over seeds, min–max)", "",
              "| task | plan pinned | no note |", "|---|---|---|"]  # fmt: skip
     envs = [ScienceWorldEnv(step_limit=args.step_limit) for _ in range(args.episodes)]
@@ -146,10 +183,11 @@ def part_play(args, policy, env) -> tuple[list[str], dict]:
     try:
         for task, variations in args.tasks.items():
             for seed in args.seeds:
-                won: dict[str, list[bool]] = {"plan": [], "none": []}
+                won: dict[str, list[bool]] = {kind: [] for kind in args.notes}
                 for v in variations:
                     actions = plan_of(args, env, task, v)
-                    for kind, note in (("plan", prompts.plan_note(actions)), ("none", None)):
+                    for kind in args.notes:
+                        note = prompts.plan_note(actions) if kind == "plan" else None
                         seed_policy(policy, seed * 1000 + v)
                         eps = play_group(
                             envs, policy, PinnedNote(note) if note else None, task=task, variation=v, split=args.split,
@@ -159,8 +197,9 @@ def part_play(args, policy, env) -> tuple[list[str], dict]:
                         won[kind] += [ep.won for ep in eps]
                 for kind, w in won.items():
                     out.setdefault(task, {}).setdefault(kind, []).append(sum(w) / len(w))
-                print(f"  {task} seed {seed}: plan {out[task]['plan'][-1]:.2f}, no note {out[task]['none'][-1]:.2f}", flush=True)
-            cells = [f"{statistics.fmean(out[task][k]):.2f} ({min(out[task][k]):.2f}–{max(out[task][k]):.2f})" for k in ("plan", "none")]
+                print(f"  {task} seed {seed}: " + ", ".join(f"{k} {out[task][k][-1]:.2f}" for k in args.notes), flush=True)
+            cells = [f"{statistics.fmean(out[task][k]):.2f} ({min(out[task][k]):.2f}–{max(out[task][k]):.2f})"
+                     if k in args.notes else "not played" for k in ("plan", "none")]
             lines.append(f"| {task} | " + " | ".join(cells) + " |")
     finally:
         for e in envs:
@@ -178,6 +217,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--variations", type=int, default=4, help="variations per task (the first N of --split after --skip)")
     ap.add_argument("--split", default="test", choices=["test", "dev"], help="dev: to choose between adapters (docs/benchmarks/README.md)")
     ap.add_argument("--skip", type=int, default=0, help="skip the split's first N variations (a warm start trains on the first 3 dev ones)")
+    ap.add_argument("--decoding", default=RunConfig().policy.decoding, choices=["constrained", "action"],
+                    help="policy.decoding: the token-level trie or the whole-action choice over the step's valid actions")
+    ap.add_argument("--notes", default="both", choices=["both", "plan"],
+                    help="plan: only the plan-pinned condition (probs and play); both: also no note")
     ap.add_argument("--teleport", action="store_true", help="plans teleport between rooms (make_sw_warmstart.teleport_path) where they can")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--episodes", type=int, default=2, help="episodes per variation, note and seed")
@@ -189,6 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     add_result_option(ap)
     ap.add_argument("--root", type=Path, default=None)
     args = ap.parse_args(argv)
+    args.notes = ("plan", "none") if args.notes == "both" else ("plan",)
     held = [t for t in args.tasks if t in HELD_OUT_TASKS]
     if held:
         ap.error(f"{', '.join(held)} is held out for the Lesson, the race and adaptation; bar 1 measures other tasks")
@@ -199,9 +243,10 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(str(exc))
     torch.set_num_threads(max(1, min(args.threads, os.cpu_count() or 1)))
     _, root = fresh_dir(args.root or default_sessions_root(), time.strftime("bench_scienceworld-%Y%m%d-%H%M%S"))
-    policy = load_policy(dataclasses.replace(RunConfig().policy, warm_start=args.warm_start))
+    policy = load_policy(dataclasses.replace(RunConfig().policy, warm_start=args.warm_start, decoding=args.decoding))
     report = [f"# bench_scienceworld ({time.strftime('%Y-%m-%d %H:%M')}, warm start {args.warm_start}, "
-              f"{prompts.prompt_style('scienceworld')} prompt, constrained decoding)", ""]
+              f"{prompts.prompt_style('scienceworld')} prompt, {args.decoding} decoding"
+              f"{', teleporting plans' if args.teleport else ''})", ""]
     results: dict = {}
     t0 = time.perf_counter()
     try:
@@ -212,7 +257,8 @@ def main(argv: list[str] | None = None) -> int:
             (root / "scienceworld.md").write_text("\n".join(report))
             (root / "scienceworld.json").write_text(json.dumps(results, default=float, indent=1))
             write_result(args.result, __file__, argv, t0, args.seeds, results, parts=list(results),
-                         warm_start=args.warm_start, tasks=args.tasks, report="\n".join(report))  # fmt: skip
+                         warm_start=args.warm_start, tasks=args.tasks, decoding=args.decoding,
+                         teleport=args.teleport, notes=list(args.notes), report="\n".join(report))  # fmt: skip
     finally:
         env.close()
     print("\n" + "\n".join(report))
