@@ -47,6 +47,7 @@ from empo2_studio.envs.actions import jaccard, words  # noqa: E402
 from empo2_studio.envs.scienceworld import HELD_OUT_TASKS, ScienceWorldEnv  # noqa: E402
 from empo2_studio.policy import Turn, load_policy, prompts  # noqa: E402
 from empo2_studio.policy.choice import candidates, categorical, tree_logprobs  # noqa: E402
+from empo2_studio.policy.sampling import common_prefix  # noqa: E402
 from empo2_studio.rollout import play_group, seed_policy  # noqa: E402
 from empo2_studio.sessions import auto_warm_start, default_sessions_root, fresh_dir  # noqa: E402
 from empo2_studio.types import RetrievedTip  # noqa: E402
@@ -92,23 +93,31 @@ CHOICE_CHUNK = 150
 path's turns in one packed forward, as `policy.score` does, needs tens of GB for its attention mask)."""
 
 
-def action_distribution(policy, turns: list[Turn], k: int) -> list[float]:
+def action_distribution(policy, turns: list[Turn], k: int, state=None) -> list[float]:
     """Action decoding: π over turn `k`'s valid actions (T = 1), in their order — the categorical
-    `policy.score` and the sampler compute, its candidates fed `CHOICE_CHUNK` at a time after the prompt."""
+    `policy.score` and the sampler compute, its candidates fed `CHOICE_CHUNK` at a time on the prompt's
+    KV cache (`state`: a sampler state kept across the turns of one path, as an episode's)."""
     prompt = policy.prompt_ids(list(turns[:k]) + [Turn(turns[k].user_text, None, turns[k].valid_actions)])
     actions = turns[k].valid_actions
     cands = candidates(policy.chat_format, actions)
+    sampler = policy.sampler
+    st = state if state is not None else sampler._fresh()
     lps = []
     with torch.no_grad():
+        sampler._crop(st, min(common_prefix(st.ids, prompt), len(prompt) - 1))
+        sampler.feed(st, prompt[len(st.ids) : -1])  # the cache holds all but the prompt's last id
         for i in range(0, len(cands), CHOICE_CHUNK):
-            lps += tree_logprobs(policy.model, prompt, [(len(prompt), cands[i : i + CHOICE_CHUNK])])[0]
+            lps += tree_logprobs(policy.model, prompt, [(len(prompt), cands[i : i + CHOICE_CHUNK])],
+                                 cache=st.cache, cached=len(prompt) - 1)[0]  # fmt: skip
+            st.cache.crop(-1)  # tree_logprobs leaves the whole prompt cached: back to all but its last id
         return categorical(policy.chooser.logits(lps, actions), 1.0).exp().tolist()
 
 
 def gold_probs(policy, turns: list[Turn], actions: list[str]) -> list[float]:
     """P(gold action) at every turn under the policy's decoding (T = 1)."""
     if policy.decoding == "action":
-        return [action_distribution(policy, turns, k)[turns[k].valid_actions.index(a)]
+        state = policy.sampler._fresh()
+        return [action_distribution(policy, turns, k, state)[turns[k].valid_actions.index(a)]
                 for k, a in enumerate(actions[: len(turns)])]  # fmt: skip
     with torch.no_grad():
         return [float(lp.sum().exp()) for lp in policy.score([turns])[0]]
