@@ -675,6 +675,28 @@ def test_the_episodes_tab_offers_the_lessons_tip_and_stores_it_only_when_asked(s
     assert pm.tip_offer(studio, rid, "find-animal", 0) is None  # nor ScienceWorld's a trap session's
 
 
+def test_a_scienceworld_find_animal_pair_plays_the_lessons_step_limit(studio):
+    """Bar 6: a naive find-animal episode wanders to the step limit; 30 steps took a pair up to 102 s
+    under load. Without a session step limit, the pair plays the Lesson's 10 and the line says so."""
+    from dataclasses import replace
+
+    from empo2_studio.app.pair_memory import lesson_step_limit
+    from empo2_studio.lesson.scienceworld import LESSON_STEP_LIMIT
+
+    sw = studio.env_session("scienceworld")
+    assert sw.config.env.step_limit is None and LESSON_STEP_LIMIT == 10
+    assert lesson_step_limit(sw.config.env, "find-animal") == 10
+    assert lesson_step_limit(sw.config.env, "power-component") is None  # the task's own (30)
+    assert lesson_step_limit(replace(sw.config.env, step_limit=20), "find-animal") is None  # the session's
+    assert lesson_step_limit(studio.session(RUN).config.env, "trap-find-animal") is None  # the trap's own
+    assert et.pick_line(studio, sw.dir.name, "find-animal", 1, "train") == (
+        "Plays session `studio-scienceworld`'s env **scienceworld** · task `find-animal` (the session trains "
+        "on `power-component`) · step limit 10 (the Lesson's, as on the Lesson tab; the task's own is 30) · "
+        "**this pair**: `find-animal` variation 1 (train)")
+    assert et.pick_line(studio, sw.dir.name, "power-component", 0, "train").endswith(
+        "step limit the task's (30) · **this pair**: `power-component` variation 0 (train)")
+
+
 def test_the_scienceworld_note_shows_only_for_the_embedded_model_on_scienceworld(studio, monkeypatch):
     sw = studio.env_session("scienceworld")
     assert (sw.dir.name, sw.config.env.task) == ("studio-scienceworld", "power-component")
@@ -734,6 +756,21 @@ def test_the_studio_opens_a_trap_session_unless_asked_otherwise(tmp_path, studio
     assert s.default_run_id == "studio-trap" and s.session("studio-trap").config.env == studio_cfg.env
     assert s.session(RUN).config.env == EnvConfig(name="scienceworld", task="power-component")
     s.close()
+
+
+def test_a_finished_column_header_is_green_when_won_red_at_minus_100_else_grey(_played):
+    """A naive find-animal episode that focused on the wrong thing ends at −100: its header says so in
+    red, not in the green of the memory column that won."""
+    from dataclasses import replace
+
+    from empo2_studio.app.render import column_html
+
+    naive, _ = _played
+    won, failed, unwon = (replace(naive, won=True, score=100.0), replace(naive, won=False, score=-100.0),
+                          replace(naive, won=False, score=8.0))  # fmt: skip
+    assert '<span class="e2-done">finished · score 100 · won</span>' in column_html("memory", [], finished=won)
+    assert '<span class="e2-done e2-failed">finished · score -100</span>' in column_html("naive", [], finished=failed)
+    assert '<span class="e2-done e2-unwon">finished · score 8</span>' in column_html("naive", [], finished=unwon)
 
 
 def test_the_sessions_table_fills_last_score_from_metrics_or_episodes(studio, _played):

@@ -262,6 +262,18 @@ def test_side_by_side_streams_both_sides_in_one_batch(store):
     assert naive.tip is not None and memory.tip is not None
 
 
+def test_a_side_by_side_step_limit_below_the_envs_ends_both_episodes_there(store):
+    """The Episodes pair plays a ScienceWorld Lesson task at the Lesson's step limit on envs whose own
+    is the task's (`pair_memory.lesson_step_limit`); a larger one than the envs' changes nothing."""
+    policy = ScriptedPolicy(lambda request: "look around")  # never ends a trap episode
+    envs = [TrapEnv(step_limit=6), TrapEnv(step_limit=6)]
+    kwargs = dict(task=TASK, variation=0, split="train", seed=0, temperature=1.0, write_tips=False)
+    cut = play_side_by_side(envs, policy, store, step_limit=2, **kwargs)
+    assert [len(e.steps) for e in cut] == [2, 2]
+    assert [len(e.steps) for e in play_side_by_side(envs, policy, store, step_limit=50, **kwargs)] == [6, 6]
+    assert [len(e.steps) for e in play_side_by_side(envs, policy, store, **kwargs)] == [6, 6]
+
+
 def test_draw_update_mode_is_the_algorithm_schedule():
     assert draw_update_mode is algo_draw
     import random

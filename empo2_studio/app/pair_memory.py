@@ -16,11 +16,25 @@ from typing import TYPE_CHECKING, Any
 import gradio as gr
 
 from empo2_studio.app.handlers import user_errors, whole_number
-from empo2_studio.lesson import LESSON_TASKS, TIP_SCORE, curated_tip, lesson_env
+from empo2_studio.lesson import LESSON_TASKS, SCIENCEWORLD_LESSON_TASKS, TIP_SCORE, curated_tip, lesson_env
+from empo2_studio.lesson.scienceworld import LESSON_STEP_LIMIT
 from empo2_studio.types import SPLITS
 
 if TYPE_CHECKING:
     from empo2_studio.app.studio import Studio
+    from empo2_studio.config import EnvConfig
+
+
+def lesson_step_limit(env: EnvConfig, task: str | None) -> int | None:
+    """The step limit a pair of `task` plays on a session with env config `env` when it is not the
+    session's: on a ScienceWorld session without its own limit, a Lesson task (find-animal) plays the
+    Lesson's `LESSON_STEP_LIMIT` (10; the tip's plan takes 6), not the task's 30, as the Lesson does. A
+    naive find-animal episode that does not focus on something at once wanders to the limit: 30 steps
+    took a pair up to 102 s on a loaded 2-core CPU, and never won (52 pairs, notebook
+    2026-12-06-scienceworld-lesson.md, bar 6). None otherwise (the session's or the task's limit)."""
+    if env.name == "scienceworld" and env.step_limit is None and task in SCIENCEWORLD_LESSON_TASKS:
+        return LESSON_STEP_LIMIT
+    return None
 
 
 def _env_name(studio: Studio, run_id: str) -> str:

@@ -67,7 +67,7 @@ def column_html(side: str, steps: Sequence[Step], *, header: str = "", finished:
     title = "Naive (no tips)" if side == "naive" else "Memory (with tips)"
     score = steps[-1].score if steps else 0.0
     state = (
-        f'<span class="e2-done">finished · score {finished.score:g}{" · won" if finished.won else ""}</span>'
+        f'<span class="{_finished_class(finished)}">finished · score {finished.score:g}{" · won" if finished.won else ""}</span>'
         if finished is not None
         else (f'<span class="e2-live">playing · score {score:g}</span>' if steps else '<span class="e2-muted">idle</span>')
     )
@@ -77,6 +77,13 @@ def column_html(side: str, steps: Sequence[Step], *, header: str = "", finished:
         f'<div class="e2-column" id="e2-col-{side}" data-steps="{len(steps)}">'
         f'<div class="e2-col-title">{title} {state}</div>{head}{body}</div>'
     )
+
+
+def _finished_class(episode: Episode) -> str:
+    """The finished header's classes: green when won, red when it failed the task (−100), else grey."""
+    if episode.won:
+        return "e2-done"
+    return "e2-done e2-failed" if episode.score <= -100 else "e2-done e2-unwon"
 
 
 def progress_html(fraction: float, text: str) -> str:
@@ -103,6 +110,7 @@ CSS = """
 .e2-tips ul, .e2-skipped ul { margin: 2px 0 2px 16px; padding: 0; } .e2-skipped { color: var(--body-text-color-subdued); }
 .e2-why { font-style: italic; } .e2-sim { font-family: var(--font-mono); color: #2563eb; }
 .e2-muted { color: var(--body-text-color-subdued); } .e2-done { color: #16a34a; font-size: 13px; }
+.e2-done.e2-failed { color: #dc2626; } .e2-done.e2-unwon { color: var(--body-text-color-subdued); }
 .e2-live { color: #2563eb; font-size: 13px; } .e2-task { font-style: italic; margin-bottom: 4px; }
 .e2-progress { position: relative; height: 22px; border-radius: 4px; background: var(--background-fill-secondary); overflow: hidden; }
 .e2-progress-bar { position: absolute; inset: 0 auto 0 0; background: #93c5fd; transition: width .3s; }

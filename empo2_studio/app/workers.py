@@ -16,6 +16,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from empo2_studio.app.jobs import Job
+from empo2_studio.app.pair_memory import lesson_step_limit
 from empo2_studio.lesson.timing import Countdown
 from empo2_studio.stopping import StopRequested
 from empo2_studio.types import Split
@@ -42,6 +43,7 @@ def side_by_side(
     `job.data`: "naive"/"memory" → list[Step] as they happen; "played" → (naive, memory) once both
     episodes have ended (before their tips are written); "episodes" → the saved (naive, memory) at the end.
     The pair is saved with a shared `group_id` ("side-…") so the Episodes tab can reopen it.
+    A ScienceWorld Lesson task plays the Lesson's step limit (`pair_memory.lesson_step_limit`).
     Stop: while the episodes play, the pair is cut within one lock-step and nothing of it is saved; once
     both have ended, the tip writing is skipped and the episodes are still saved.
     """
@@ -53,7 +55,8 @@ def side_by_side(
     studio.use_checkpoint(run_id, checkpoint)
     store = studio.store(run_id)
     envs = studio.episode_envs(run_id, env_name)
-    limit = envs[0].step_limit(task)
+    lesson_limit = lesson_step_limit(studio.session(run_id).config.env, task)  # find-animal on ScienceWorld: 10
+    limit = min(envs[0].step_limit(task), lesson_limit or envs[0].step_limit(task))
     studio.seed(seed)
     job.countdown = Countdown({"lock-step": limit})  # a step limit: an upper bound, episodes may end sooner
 
@@ -68,7 +71,7 @@ def side_by_side(
     try:
         naive, memory = play_side_by_side(
             envs, policy, store, task=task, variation=variation, split=split, seed=seed,
-            temperature=temperature, on_step=on_step, write_tips=False, keep_caches=True,
+            temperature=temperature, on_step=on_step, write_tips=False, keep_caches=True, step_limit=limit,
         )  # fmt: skip
     except StopRequested:
         job.update(message=f"stopped at step {job.countdown.done['lock-step']} of the episodes: nothing of the pair saved")

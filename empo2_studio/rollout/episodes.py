@@ -157,12 +157,14 @@ def play_side_by_side(
     write_tips: bool = True,
     timings: Timings | None = None,
     keep_caches: bool = False,
+    step_limit: int | None = None,
 ) -> tuple[Episode, Episode]:
     """A naive and a memory episode of the same task/variation/seed, played at the same time.
 
     One batched sample call per step over both; each step is streamed as `on_step(side, step)` with
     side "naive" or "memory". Afterwards both episodes write their tips (when `write_tips`).
-    `keep_caches` as in `play_group` (for a caller that writes the tips itself).
+    `keep_caches` as in `play_group` (for a caller that writes the tips itself). `step_limit`: end
+    both episodes after this many steps when it is below the envs' own limit (None: the envs').
 
     Returns:
         (naive_episode, memory_episode), `update_mode` None (demo episodes are not trained on).
@@ -177,7 +179,7 @@ def play_side_by_side(
     naive, memory = _play(
         envs[:2], policy, store, modes, task=task, variation=variation, split=split, update_mode=None,
         temperature=temperature, seed=seed, embedder=None, novelty=None, on_step=callback,
-        group_id="", timings=timings, keep_caches=keep_caches or write_tips,
+        group_id="", timings=timings, keep_caches=keep_caches or write_tips, step_limit=step_limit,
     )  # fmt: skip
     if write_tips:
         naive, memory = write_group_tips(policy, store, [naive, memory], timings=timings)
@@ -255,13 +257,14 @@ def _play(
     group_id: str,
     timings: Timings | None,
     keep_caches: bool = False,
+    step_limit: int | None = None,
 ) -> list[Episode]:
     if not envs:
         raise ValueError("play_group needs at least one env instance, got none")
     if "memory" in modes and store is None:
         raise ValueError("memory rollouts need a tip store; got store=None")
     timings = timings if timings is not None else Timings()
-    live = _start(envs, modes, task, variation, timings, prefix=group_id or "ep")
+    live = _start(envs, modes, task, variation, timings, prefix=group_id or "ep", step_limit=step_limit)
     while running := [ep for ep in live if not ep.done]:
         if stop_requested():  # a job's Stop lands within one lock-step; the unfinished group is dropped
             _forget(policy, [ep.key for ep in live])
@@ -285,7 +288,8 @@ def _play(
 
 
 def _start(
-    envs: Sequence[TextEnv], modes: Sequence[RolloutMode], task: str, variation: int, timings: Timings, prefix: str
+    envs: Sequence[TextEnv], modes: Sequence[RolloutMode], task: str, variation: int, timings: Timings, prefix: str,
+    step_limit: int | None = None,
 ) -> list[_Live]:
     t0 = time.perf_counter()
     live = []
@@ -294,7 +298,8 @@ def _start(
         live.append(
             _Live(
                 index=i, env=env, key=f"{prefix}-{uuid.uuid4().hex[:8]}-{i}", rollout_mode=mode, obs=obs,
-                step_limit=env.step_limit(task), fewshot=tuple(env.fewshot_examples(task)),
+                step_limit=min(env.step_limit(task), step_limit or env.step_limit(task)),
+                fewshot=tuple(env.fewshot_examples(task)),
                 prompt_style=prompts.prompt_style(env.name), first=obs,
             )  # fmt: skip
         )
