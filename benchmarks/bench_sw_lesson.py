@@ -38,7 +38,9 @@ import torch  # noqa: E402
 from empo2_studio.config import WARM_START_DIR, EnvConfig, MemoryConfig, RolloutConfig, RunConfig, TrainConfig  # noqa: E402
 from empo2_studio.envs.scienceworld import ScienceWorldEnv  # noqa: E402
 from empo2_studio.lesson import Lesson, LessonSettings  # noqa: E402
-from empo2_studio.lesson.scienceworld import LESSON_STEP_LIMIT, TIP_OPENING, curated_tip, tip_plan  # noqa: E402
+from empo2_studio.lesson.scienceworld import (  # noqa: E402
+    LESSON_EPISODES, LESSON_STEP_LIMIT, LESSON_VARIATIONS, TIP_OPENING, curated_tip, tip_plan,
+)
 from empo2_studio.memory import make_embedder  # noqa: E402
 from empo2_studio.policy import load_policy, prompts  # noqa: E402
 from empo2_studio.rollout import play_group, seed_policy  # noqa: E402
@@ -198,8 +200,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--parts", nargs="+", default=list(PARTS), choices=PARTS)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    ap.add_argument("--variations", type=int, nargs="+", default=[0, 1], help="the lesson's train variations")
-    ap.add_argument("--episodes", type=int, default=8, help="episodes per variation and playing stage")
+    ap.add_argument("--variations", type=int, nargs="+", default=list(LESSON_VARIATIONS),
+                    help="the lesson's train variations (default: the Lesson tab's)")
+    ap.add_argument("--episodes", type=int, default=LESSON_EPISODES, help="episodes per variation and playing stage")
     ap.add_argument("--distill-steps", type=int, default=LessonSettings().distill_steps)
     ap.add_argument("--lr", type=float, default=None, help="distillation learning rate (default: the Lesson tab's)")
     ap.add_argument("--step-limit", type=int, default=LESSON_STEP_LIMIT)

@@ -46,9 +46,20 @@ def test_form_checks_and_tip_boxes():
     boxes = ls.tip_boxes(TASK, ["2"])
     assert _value(boxes[0]) == curated_tip(TASK, 2) and boxes[0].visible and not boxes[1].visible
     for args, match in [((["0"], 0, 1), "episodes"), ((["0"], 2, ""), "distill steps"),
-                        ((["0", "1", "2", "3", "4"], 2, 1), "at most 4"), (([], 2, 1), "at least one")]:
+                        ([[str(v) for v in range(11)], 2, 1], "at most 10"), (([], 2, 1), "at least one")]:
         with pytest.raises(ValueError, match=match):
             ls.settings_from_form(TASK, *args)
+
+
+def test_picking_a_task_sets_its_default_lesson():
+    variations, episodes = ls.task_defaults("find-animal")
+    # ScienceWorld: two variations from each of four animal blocks, 2 episodes each (16 per stage)
+    assert variations.value == ["0", "1", "30", "31", "60", "61", "90", "91"] and episodes.value == 2
+    assert variations.choices[-1] == ("149", "149") and len(variations.choices) == 150  # the train split
+    variations, episodes = ls.task_defaults(TASK)
+    assert variations.value == ["0", "1"] and episodes.value == 8 and len(variations.choices) == 24
+    assert "8 variations, 2 episodes each" in ls.time_hint({}, "find-animal")
+    assert "2 variations, 8 episodes each" in ls.time_hint({})
 
 
 def test_play_the_lesson_end_to_end(studio):
@@ -75,7 +86,7 @@ def test_play_the_lesson_end_to_end(studio):
     assert session.latest_checkpoint() is not None
     # a reloaded page shows the session's last stages
     opened = ls.lesson_opened(studio, TASK, ["0"])
-    assert run_id in opened[0] and [row[:2] for row in _value(opened[5])] == [[0, 2]]
+    assert run_id in opened[0] and [row[:2] for row in _value(opened[1 + ls.MAX_TIP_BOXES])] == [[0, 2]]
 
     # Play again: the played session is kept, a new one starts from untrained weights
     # stage 1 again on distilled weights would overwrite the baseline: refused, nothing played

@@ -16,19 +16,23 @@ from __future__ import annotations
 import re
 import time
 from functools import partial
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 import gradio as gr
 
 from empo2_studio.app import charts
 from empo2_studio.app import job_panel as jp
-from empo2_studio.app.handlers import user_errors, whole_number
+from empo2_studio.app.handlers import user_errors
 from empo2_studio.app.job_panel import JobPanel
+from empo2_studio.app.lesson_form import (
+    BOXES_PER_ROW, MAX_TIP_BOXES, parse_variations, settings_from_form, task_defaults, tip_boxes, tips_from_boxes,  # noqa: F401
+)  # fmt: skip
 from empo2_studio.app.jobs import Job
 from empo2_studio.config import RunConfig
 from empo2_studio.lesson import (
-    LESSON_TASKS, PLAY_STAGES, STAGE_TITLES, STAGES, TRAP_TASKS, Lesson, LessonSettings, StageResult, curated_tip,
-    lesson_countdown, lesson_env, lesson_seconds, minutes_text, rates_from_metrics, rates_note, results_from_metrics,
+    LESSON_TASKS, PLAY_STAGES, STAGE_TITLES, STAGES, TRAP_TASKS, Lesson, LessonSettings, StageResult, lesson_countdown,
+    lesson_defaults, lesson_env, lesson_seconds, minutes_text, rates_from_metrics, rates_note, results_from_metrics,
+    train_variations,
 )  # fmt: skip
 from empo2_studio.lesson.run_config import lesson_run_config
 from empo2_studio.lesson.scienceworld import SCIENCEWORLD_NOTE
@@ -37,10 +41,6 @@ from empo2_studio.lesson.timing import UNIT_NAMES
 if TYPE_CHECKING:
     from empo2_studio.app.studio import Studio
 
-MAX_TIP_BOXES = 4
-"""At most this many variations per lesson (one editable tip box each)."""
-TRAIN_VARIATIONS = tuple(range(24))
-"""Offered variations: train variations of every lesson task (trap 0–23; ScienceWorld find-animal 0–149)."""
 TASK_CHOICES = [(f"{t} (trap)", t) for t in TRAP_TASKS] + [
     (f"{t} (ScienceWorld)", t) for t in LESSON_TASKS if t not in TRAP_TASKS]
 TABLE_HEADERS = ["variation", "episodes", "successes", "success rate", "mean score"]
@@ -93,50 +93,6 @@ def lesson_session(studio: Studio, task: str, *, fresh: bool = False) -> Any:
     return studio.create_session(lesson_config(studio, task, run_id))
 
 
-# ---- form values -------------------------------------------------------------------------------------
-def parse_variations(value: Any) -> tuple[int, ...]:
-    """The picked variations as ints (a list from the dropdown, or "0, 1" text)."""
-    if value is None or value == "":
-        return ()
-    items = value if isinstance(value, (list, tuple)) else str(value).replace(",", " ").split()
-    out = []
-    for item in items:
-        try:
-            out.append(int(str(item).split("·")[0].strip()))
-        except ValueError:
-            raise ValueError(f"variations must be whole numbers, got {item!r}") from None
-    return tuple(out)
-
-
-def settings_from_form(task: str, variations: Any, episodes: Any, distill_steps: Any) -> LessonSettings:
-    """Validated `LessonSettings` from the form; ValueError names a bad value."""
-    vs = parse_variations(variations)
-    if len(vs) > MAX_TIP_BOXES:
-        raise ValueError(f"the lesson plays at most {MAX_TIP_BOXES} variations at once, got {len(vs)}")
-    return LessonSettings(task=task, variations=vs, episodes=whole_number(episodes, "episodes per variation"),
-                          distill_steps=whole_number(distill_steps, "distill steps")).validate()  # fmt: skip
-
-
-def tip_boxes(task: str | None, variations: Any) -> list[Any]:
-    """One update per tip box: visible and pre-filled with `curated_tip` for each picked variation."""
-    try:
-        vs = parse_variations(variations)[:MAX_TIP_BOXES]
-    except ValueError:
-        vs = ()
-    out = []
-    for i in range(MAX_TIP_BOXES):
-        if i < len(vs) and task in LESSON_TASKS:
-            out.append(gr.Textbox(value=curated_tip(task, vs[i]), label=f"Tip for variation {vs[i]}", visible=True))
-        else:
-            out.append(gr.Textbox(value="", visible=False))
-    return out
-
-
-def tips_from_boxes(variations: Sequence[int], texts: Sequence[Any]) -> dict[int, str]:
-    """variation → the text of its box (what the user edited is what gets stored)."""
-    return {v: str(texts[i] or "") for i, v in enumerate(variations)}
-
-
 # ---- starting and polling ---------------------------------------------------------------------------
 @user_errors
 def start_lesson(
@@ -162,7 +118,7 @@ def start_lesson(
                                                                  stage=stage, tips=texts),
                             label=f"{label} on {run_id}", run_id=run_id)  # fmt: skip
     job.update(lesson_run_id=run_id, lesson_stage=stage, lesson_task=task)
-    return jp.started(job, run_id, session_markdown(studio, run_id, lesson_env(task)))
+    return jp.started(job, run_id, session_markdown(studio, run_id, task))
 
 
 def measured_rates(studio: Studio, env: str = "trap") -> dict[str, float]:
@@ -277,8 +233,8 @@ def poll_lesson(studio: Studio, job_id: str | None, seen: int) -> tuple[Any, ...
         data = job.snapshot()
         results = {**_saved_results(studio, job), **_results_of(data)}
         run_id = data.get("lesson_run_id")
-        env = lesson_env(data["lesson_task"]) if data.get("lesson_task") in LESSON_TASKS else "trap"
-        return (*lesson_view(results), session_markdown(studio, run_id, env) if job.finished and run_id else gr.skip())
+        task = data["lesson_task"] if data.get("lesson_task") in LESSON_TASKS else TRAP_TASKS[0]
+        return (*lesson_view(results), session_markdown(studio, run_id, task) if job.finished and run_id else gr.skip())
 
     return jp.poll(studio.jobs, job_id, seen, 6, draw)
 
@@ -295,19 +251,20 @@ def _saved_results(studio: Studio, job: Job) -> dict[str, StageResult]:
     return results_from_metrics(session.metrics(), session.config.env.task)
 
 
-def session_markdown(studio: Studio, run_id: str, env: str = "trap") -> str:
-    """The lesson session line, and the time the default lesson is expected to take here."""
+def session_markdown(studio: Studio, run_id: str, task: str = TRAP_TASKS[0]) -> str:
+    """The lesson session line of `task`, and the time its default lesson is expected to take here."""
+    env = lesson_env(task)
     exists = (studio.root / run_id / "config.json").is_file()
     where = f"`{run_id}`" if exists else f"`{run_id}` (created when the lesson starts)"
     ckpt = studio.session(run_id).latest_checkpoint() if exists else None
     weights = f"distilled weights of iteration {ckpt[0]}" if ckpt else "untrained weights"
     note = SCIENCEWORLD_NOTE if env == "scienceworld" else ""
-    return f"**Lesson session** {where} · {env} env · {weights}{note}\n\n{time_hint(measured_rates(studio, env))}"
+    return f"**Lesson session** {where} · {env} env · {weights}{note}\n\n{time_hint(measured_rates(studio, env), task)}"
 
 
-def time_hint(rates: dict[str, float]) -> str:
-    """How long the default lesson takes on this machine, and where that figure comes from."""
-    d = LessonSettings()
+def time_hint(rates: dict[str, float], task: str = TRAP_TASKS[0]) -> str:
+    """How long `task`'s default lesson (`lesson_defaults`) takes on this machine, and where that figure comes from."""
+    d = lesson_defaults(task)
     seconds = lesson_seconds(len(d.variations), d.episodes, d.distill_steps, rates)
     return (f"**Expected time** of the default lesson ({len(d.variations)} variations, {d.episodes} episodes each, "
             f"{d.distill_steps} distill steps): {minutes_text(seconds)}, from {rates_note(rates)}. "
@@ -324,7 +281,7 @@ def lesson_opened(studio: Studio, task: str | None, variations: Any) -> tuple[An
     results: dict[str, StageResult] = {}
     if (studio.root / run_id / "config.json").is_file():
         results = results_from_metrics(studio.session(run_id).metrics(), task)
-    return (session_markdown(studio, run_id, lesson_env(task)), *tip_boxes(task, variations), *lesson_view(results))
+    return (session_markdown(studio, run_id, task), *tip_boxes(task, variations), *lesson_view(results))
 
 
 # ---- the tab -----------------------------------------------------------------------------------------
@@ -347,16 +304,19 @@ def build_lesson_tab(studio: Studio) -> dict[str, Any]:
     gr.Markdown(INTRO, elem_id="ls-intro")
     with gr.Row():
         task = gr.Dropdown(TASK_CHOICES, value=TRAP_TASKS[0], label="Task", elem_id="ls-task")
-        variations = gr.Dropdown([str(v) for v in TRAIN_VARIATIONS], value=["0", "1"], multiselect=True,
-                                 label=f"Variations (train, ≤ {MAX_TIP_BOXES})", elem_id="ls-variations")  # fmt: skip
-        episodes = gr.Number(8, label="Episodes per variation", precision=0, elem_id="ls-episodes")
+        first = lesson_defaults(TRAP_TASKS[0])
+        variations = gr.Dropdown([str(v) for v in train_variations(first.task)], value=[str(v) for v in first.variations],
+                                 multiselect=True, label=f"Variations (train, ≤ {MAX_TIP_BOXES})", elem_id="ls-variations")  # fmt: skip
+        episodes = gr.Number(first.episodes, label="Episodes per variation", precision=0, elem_id="ls-episodes")
         distill_steps = gr.Number(LessonSettings().distill_steps, label="Distill steps", precision=0, elem_id="ls-distill-steps")
     session_md = gr.Markdown(elem_id="ls-session")
     gr.Markdown("**Curated tips** (stage 2 stores exactly what these boxes say; pre-filled with where the "
                 "target is and the winning actions)")
-    with gr.Row():
-        boxes = [gr.Textbox(label=f"Tip for variation {i}", lines=3, visible=i < 2, elem_id=f"ls-tip-{i}")
-                 for i in range(MAX_TIP_BOXES)]  # fmt: skip
+    boxes = []
+    for row in range(0, MAX_TIP_BOXES, BOXES_PER_ROW):
+        with gr.Row():
+            boxes += [gr.Textbox(label=f"Tip for variation {i}", lines=3, visible=i < 2, elem_id=f"ls-tip-{i}")
+                      for i in range(row, row + BOXES_PER_ROW)]  # fmt: skip
     with gr.Row():
         play = gr.Button("▶ Play the lesson", variant="primary", elem_id="ls-play", scale=2)
         stage_buttons = {stage: gr.Button(STAGE_TITLES[stage], elem_id=f"ls-stage-{stage}", size="sm")
@@ -383,7 +343,8 @@ def build_lesson_tab(studio: Studio) -> dict[str, Any]:
     panel.on_poll(partial(poll_lesson, studio), [*tables, chart, session_md])
     panel.on_stop(stop, studio.jobs)
     opened_outputs = [session_md, *boxes, *tables, chart]
-    task.input(partial(lesson_opened, studio), [task, variations], opened_outputs)
+    task.input(task_defaults, [task], [variations, episodes]).then(
+        partial(lesson_opened, studio), [task, variations], opened_outputs)
     variations.input(lambda t, v: tip_boxes(t, v), [task, variations], boxes)
 
     def on_load(demo: gr.Blocks) -> None:

@@ -14,7 +14,8 @@ with tips).
 
 from empo2_studio.lesson.results import (
     LESSON_TASKS, PLAY_STAGES, SCIENCEWORLD_LESSON_TASKS, STAGE_TITLES, STAGES, TIP_SCORE, TRAP_TASKS, LessonSettings,
-    StageResult, VariationRow, curated_tip, lesson_env, metrics_row, results_from_metrics, split_of, variation_row,
+    StageResult, VariationRow, curated_tip, curated_tips, lesson_defaults, lesson_env, metrics_row, results_from_metrics, split_of,
+    train_variations, variation_row,
 )  # fmt: skip
 from empo2_studio.lesson.stages import Lesson, OnPartial, Progress
 from empo2_studio.lesson.timing import (
@@ -23,6 +24,6 @@ from empo2_studio.lesson.timing import (
 
 __all__ = [
     "LESSON_TASKS", "PLAY_STAGES", "SCIENCEWORLD_LESSON_TASKS", "STAGES", "STAGE_TITLES", "TIP_SCORE", "TRAP_TASKS", "Countdown", "Lesson", "LessonSettings",
-    "OnPartial", "Progress", "StageResult", "VariationRow", "curated_tip", "lesson_countdown", "lesson_env", "lesson_seconds", "metrics_row",
-    "minutes_text", "rates_from_metrics", "rates_note", "results_from_metrics", "split_of", "variation_row",
+    "OnPartial", "Progress", "StageResult", "VariationRow", "curated_tip", "curated_tips", "lesson_countdown", "lesson_defaults", "lesson_env", "lesson_seconds", "metrics_row",
+    "minutes_text", "rates_from_metrics", "rates_note", "results_from_metrics", "split_of", "train_variations", "variation_row",
 ]  # fmt: skip

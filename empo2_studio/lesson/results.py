@@ -12,7 +12,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from empo2_studio.lesson.scienceworld import SCIENCEWORLD_LESSON_TASKS, curated_tip as scienceworld_tip
+from empo2_studio.lesson.scienceworld import LESSON_EPISODES, LESSON_VARIATIONS, SCIENCEWORLD_LESSON_TASKS
+from empo2_studio.lesson.scienceworld import curated_tip as scienceworld_tip
+from empo2_studio.lesson.scienceworld import curated_tips as scienceworld_tips
 from empo2_studio.types import Episode
 
 TRAP_TASKS = ("trap-light-bulb", "trap-find-animal", "trap-water-plant")
@@ -52,6 +54,13 @@ def curated_tip(task: str, variation: int) -> str:
     from empo2_studio.envs import TrapEnv
 
     return TrapEnv().curated_tip(task, variation)
+
+
+def curated_tips(task: str, variations: Sequence[int]) -> list[str]:
+    """`curated_tip` of each variation; ScienceWorld's play their gold paths on one simulator."""
+    if lesson_env(task) == "scienceworld":
+        return scienceworld_tips(task, list(variations))
+    return [curated_tip(task, v) for v in variations]
 
 
 def split_of(task: str, variation: int) -> str:
@@ -105,6 +114,33 @@ class LessonSettings:
         if self.temperature is not None and not 0.0 < float(self.temperature) <= 10.0:
             raise ValueError(f"temperature must be in (0, 10], got {self.temperature!r}")
         return self
+
+
+def lesson_defaults(task: str) -> LessonSettings:
+    """The lesson a teacher gets for `task` before changing anything: trap tasks 2 variations × 8
+    episodes; ScienceWorld's find-animal `LESSON_VARIATIONS` × `LESSON_EPISODES` (several animal
+    blocks, so distillation teaches which objects are animals, not one variation's names).
+
+    Raises:
+        ValueError: `task` is no lesson task.
+    """
+    if lesson_env(task) == "scienceworld":
+        return LessonSettings(task=task, variations=LESSON_VARIATIONS, episodes=LESSON_EPISODES)
+    return LessonSettings(task=task)
+
+
+def train_variations(task: str) -> tuple[int, ...]:
+    """The variations a lesson of `task` may teach: the train split (trap 0–23; ScienceWorld the
+    simulator's, find-animal 0–149). No JVM starts.
+
+    Raises:
+        ValueError: `task` is no lesson task.
+    """
+    from empo2_studio.envs import TrapEnv
+    from empo2_studio.envs.scienceworld import ScienceWorldEnv
+
+    env = ScienceWorldEnv() if lesson_env(task) == "scienceworld" else TrapEnv()
+    return tuple(env.variations(task, "train"))  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,16 @@ from empo2_studio.policy.prompts import plan_note
 SCIENCEWORLD_LESSON_TASKS = ("find-animal",)
 """ScienceWorld tasks the Lesson offers (held out from every shipped adapter)."""
 TIP_OPENING = "Animals are never indoors: "
+LESSON_VARIATIONS = (0, 1, 30, 31, 60, 61, 90, 91)
+"""The lesson's default train variations: two from each of four blocks of 30, whose outside animals
+differ (0–29 blue jay, butterfly, dove; 30–59 baby wolf, crocodile, turtle; 60–89 butterfly, frog,
+turtle; 90–119 blue jay, giant tortoise, parrot eggs). The objects outside that are not animals are the
+same in every variation, so tips naming many animals teach which names are not. Naive success on dev
+variations 150–159 after the lesson: 0.35 and 0.40 (seeds 0, 1), against 0.05 for variations 0, 1 × 8
+episodes and 0.15 for eight variations of one block (docs/notebook/2026-12-06-sw-lesson-variety.md)."""
+LESSON_EPISODES = 2
+"""Episodes per variation and playing stage: eight variations × 2 = the 16 memory episodes two
+variations × 8 gave, so the lesson's time stays about the same."""
 LESSON_STEP_LIMIT = 10
 """Steps per lesson episode: the tip's plan takes 6, so 10 leaves room for a detour and keeps a
 naive episode (which wanders to the limit unless it focuses on something) short."""
@@ -87,3 +97,16 @@ def curated_tip(task: str, variation: int, env: Any = None) -> str:
         tip = plan_note(tip_plan(text, gold), TIP_OPENING)
         _cache[(task, variation)] = tip
         return tip
+
+
+def curated_tips(task: str, variations: tuple[int, ...] | list[int]) -> list[str]:
+    """`curated_tip` of each variation, the uncached ones played on one simulator (one JVM start, not one
+    per variation). Raises as `curated_tip` does."""
+    from empo2_studio.envs.scienceworld import ScienceWorldEnv
+
+    env = ScienceWorldEnv() if any((task, v) not in _cache for v in variations) else None
+    try:
+        return [curated_tip(task, v, env) for v in variations]
+    finally:
+        if env is not None:
+            env.close()
