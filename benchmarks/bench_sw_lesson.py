@@ -8,7 +8,8 @@ now, 5 naive episodes again; and naive success on test variations nobody trained
 and after it (the point of EMPO²: a lesson about where animals live carries to every variation).
 find-animal is held out from every shipped adapter (`envs.scienceworld.HELD_OUT_TASKS`).
 
-Part "speed" times one training iteration per update mode (group 8, step limit 10) with its time split
+Part "wrong" plays memory episodes with a tip that names the wrong place (bad input: followed or
+ignored?). Part "speed" times one training iteration per update mode (group 8, step limit 10) with its time split
 (issue 47, bar 5). Part "tips" scores the tip step alone: on the lesson's variations, the probability of each of the
 tip's actions along its plan (token-level, as sampled), for the pre-filled tip and each held-out
 wording, and with no note.
@@ -193,7 +194,53 @@ def part_speed(args, policy, env, root: Path, warm: list[torch.Tensor]) -> tuple
     return lines, out
 
 
-PARTS = ("tips", "lesson", "speed")
+WRONG_ROOM = "greenhouse"
+"""The room a wrong tip sends the agent to: a room of every find-animal variation that holds plants, never
+an animal (every variation keeps its animals outside)."""
+
+
+def part_wrong(args, policy, env, root: Path, warm: list[torch.Tensor]) -> tuple[list[str], dict]:
+    """Bad input: a teacher's tip that names the wrong place ("teleport to greenhouse" where the
+    pre-filled tip says outside, the rest word for word), played as memory episodes on the lesson's
+    variations with the shipped weights: is it followed or ignored?"""
+    restore_weights(policy, warm)
+    cfg = RunConfig(run_id="sw-wrong", env=EnvConfig(name="scienceworld", task=TASK, variations=tuple(args.variations),
+                                                     step_limit=args.step_limit),
+                    memory=MemoryConfig(embedder="minilm", note_writer="none"),
+                    rollout=RolloutConfig(group_size=args.episodes))  # fmt: skip
+    trainer = Trainer(cfg, Session.create(root, cfg), policy=policy, embedder=args.embedder)
+    wrong = f"teleport to {WRONG_ROOM}"
+    counts = {"first action = teleport to the wrong room": 0, "ever entered it": 0,
+              "first action = teleport to outside": 0, "success": 0}  # fmt: skip
+    n = 0
+    try:
+        for v in args.variations:
+            tip = curated_tip(TASK, v, env).replace("teleport to outside", wrong, 1)
+            trainer.store.add_tip(TASK, v, tip, score=100.0)
+            for seed in args.seeds:
+                seed_policy(policy, seed * 1000 + v)
+                eps = play_group(trainer.envs(args.episodes), policy, trainer.store, task=TASK, variation=v, split="train",
+                                 rollout_mode="memory", update_mode=None, temperature=args.temperature,
+                                 seed=seed * 1000 + v, group_id="")  # fmt: skip
+                for e in eps:
+                    actions = [st.action for st in e.steps]
+                    n += 1
+                    counts["first action = teleport to the wrong room"] += actions[:1] == [wrong]
+                    counts["ever entered it"] += wrong in actions
+                    counts["first action = teleport to outside"] += actions[:1] == ["teleport to outside"]
+                    counts["success"] += e.won
+    finally:
+        trainer.close()
+    rates = {k: c / n for k, c in counts.items()}
+    lines = [f"### A tip that names the wrong place ({wrong!r} for 'teleport to outside'), memory episodes, "
+             f"variations {args.variations}, seeds {args.seeds}, {args.episodes} episodes each ({n} in all), T = {args.temperature}",
+             "", "| " + " | ".join(counts) + " |", "|" + "---|" * len(counts),
+             "| " + " | ".join(f"{r:.2f}" for r in rates.values()) + " |"]  # fmt: skip
+    print("\n".join(lines), flush=True)
+    return lines, {"episodes": n, **rates}
+
+
+PARTS = ("tips", "lesson", "speed", "wrong")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -243,7 +290,8 @@ def main(argv: list[str] | None = None) -> int:
             if part == "tips":
                 lines, results[part] = part_tips(args, policy, env)
             else:
-                lines, results[part] = (part_lesson if part == "lesson" else part_speed)(args, policy, env, root, warm)
+                run = {"lesson": part_lesson, "speed": part_speed, "wrong": part_wrong}[part]
+                lines, results[part] = run(args, policy, env, root, warm)
             report += lines + ["", f"({part}: {time.perf_counter() - t:.0f} s)", ""]
             (root / "sw_lesson.md").write_text("\n".join(report))
             write_result(args.result, __file__, argv, t0, args.seeds, results, parts=list(results),
