@@ -8,11 +8,12 @@ now, 5 naive episodes again; and naive success on test variations nobody trained
 and after it (the point of EMPO²: a lesson about where animals live carries to every variation).
 find-animal is held out from every shipped adapter (`envs.scienceworld.HELD_OUT_TASKS`).
 
-Part "wrong" plays memory episodes with a tip that names the wrong place (bad input: followed or
-ignored?). Part "speed" times one training iteration per update mode (group 8, step limit 10) with its time split
-(issue 47, bar 5). Part "tips" scores the tip step alone: on the lesson's variations, the probability of each of the
-tip's actions along its plan (token-level, as sampled), for the pre-filled tip and each held-out
-wording, and with no note.
+Part "tips" scores the tip step alone: on the lesson's variations, the probability of each of the tip's
+actions along its plan (token-level, as sampled), for the pre-filled tip and each held-out wording, and
+with no note. Part "speed" times one training iteration per update mode (group 8, step limit 10) with
+its time split (issue 47, bar 5). Part "wrong" plays memory episodes with a tip that names the wrong
+place (bad input: followed or ignored?). Part "eval" scores distilled checkpoints of earlier lesson runs
+on a split (a lesson chosen on dev, scored once on test with the checkpoints it was chosen by).
 
     .venv/bin/python benchmarks/bench_sw_lesson.py --parts tips
     .venv/bin/python benchmarks/bench_sw_lesson.py --parts lesson --seeds 0 1 2 --result sw-lesson
@@ -108,7 +109,7 @@ def naive_rate(trainer, variations: list[int], episodes: int, seed: int, tempera
 
 
 def part_lesson(args, policy, env, root: Path, warm: list[torch.Tensor]) -> tuple[list[str], dict]:
-    test_vs = list(env.variations(TASK, args.eval_split)[: args.test_variations])
+    test_vs = list(env.variations(TASK, args.eval_split)[:: args.eval_stride][: args.test_variations])
     rows: dict[str, list[float]] = {}
     for seed in args.seeds:
         restore_weights(policy, warm)
@@ -144,14 +145,15 @@ def part_lesson(args, policy, env, root: Path, warm: list[torch.Tensor]) -> tupl
         print(f"  seed {seed}: " + ", ".join(f"{k} {v:.2f}" for k, v in measured.items()), flush=True)
     spread = {k: f"{statistics.fmean(v):.2f} ({min(v):.2f}–{max(v):.2f})" for k, v in rows.items()}
     tip = "the pre-filled tip" if args.wording is None else f"held-out wording {args.wording}"
+    evaluated = f"{test_vs[0]}–{test_vs[-1]}" if args.eval_stride == 1 else ", ".join(map(str, test_vs))
     lines = [f"### The Lesson on find-animal, train variations {args.variations}, {args.episodes} episodes per variation "
              f"and stage, step limit {args.step_limit}, {args.distill_steps} distill steps, {tip}, seeds {args.seeds} "
              "(mean, min–max over seeds)", "",
              "| measure | success |", "|---|---|",
              f"| 1 · naive | {spread['naive']} |", f"| 3 · with the tip | {spread['memory']} |",
              f"| 5 · naive after distillation | {spread['naive_again']} |",
-             f"| naive, {args.eval_split} variations {test_vs[0]}–{test_vs[-1]} ({args.test_episodes} episodes each), before | {spread['test_before']} |",
-             f"| naive, {args.eval_split} variations {test_vs[0]}–{test_vs[-1]}, after | {spread['test_after']} |",
+             f"| naive, {args.eval_split} variations {evaluated} ({args.test_episodes} episodes each), before | {spread['test_before']} |",
+             f"| naive, {args.eval_split} variations {evaluated}, after | {spread['test_after']} |",
              "", f"Lesson stages' wall time: {spread['lesson_seconds']} s per seed."]  # fmt: skip
     return lines, rows
 
@@ -192,6 +194,37 @@ def part_speed(args, policy, env, root: Path, warm: list[torch.Tensor]) -> tuple
     finally:
         trainer.close()
     return lines, out
+
+
+def part_eval(args, policy, env, root: Path, warm: list[torch.Tensor]) -> tuple[list[str], dict]:
+    """Naive success of distilled checkpoints (`--checkpoints`, one per seed of `--seeds`, e.g. the
+    adapters a `--parts lesson` run saved) on `--eval-split`, as part lesson scores its own after the
+    lesson (`naive_rate`'s seeds and episodes): a lesson chosen on dev scores the very checkpoints it
+    was chosen by on test, without playing the lesson again."""
+    test_vs = list(env.variations(TASK, args.eval_split)[:: args.eval_stride][: args.test_variations])
+    envs = [ScienceWorldEnv(step_limit=args.step_limit) for _ in range(args.test_episodes)]
+    rates = []
+    try:
+        for seed, ckpt in zip(args.seeds, args.checkpoints):
+            distilled = load_policy(dataclasses.replace(RunConfig().policy, adapter=str(ckpt)))
+            wins = []
+            for v in test_vs:
+                seed_policy(distilled, seed * 1000 + v)
+                eps = play_group(envs, distilled, None, task=TASK, variation=v, split=args.eval_split, rollout_mode="naive",
+                                 update_mode=None, temperature=args.temperature, seed=seed * 1000 + v, group_id="")  # fmt: skip
+                wins += [e.won for e in eps]
+            rates.append(sum(wins) / len(wins))
+            print(f"  seed {seed} ({ckpt}): {rates[-1]:.2f}", flush=True)
+            del distilled
+    finally:
+        for e in envs:
+            e.close()
+    evaluated = f"{test_vs[0]}–{test_vs[-1]}" if args.eval_stride == 1 else ", ".join(map(str, test_vs))
+    lines = [f"### Naive success of distilled checkpoints, {args.eval_split} variations {evaluated}, "
+             f"{args.test_episodes} episodes each, T = {args.temperature}", "", "| seed | checkpoint | success |", "|---|---|---|"]
+    lines += [f"| {s} | {c} | {r:.2f} |" for s, c, r in zip(args.seeds, args.checkpoints, rates)]
+    lines.append(f"| mean (min–max) | | {statistics.fmean(rates):.2f} ({min(rates):.2f}–{max(rates):.2f}) |")
+    return lines, {"variations": test_vs, "per_seed": rates, "mean": statistics.fmean(rates)}
 
 
 WRONG_ROOM = "greenhouse"
@@ -240,12 +273,13 @@ def part_wrong(args, policy, env, root: Path, warm: list[torch.Tensor]) -> tuple
     return lines, {"episodes": n, **rates}
 
 
-PARTS = ("tips", "lesson", "speed", "wrong")
+PARTS = ("tips", "lesson", "speed", "wrong", "eval")
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--parts", nargs="+", default=list(PARTS), choices=PARTS)
+    ap.add_argument("--parts", nargs="+", default=["tips", "lesson", "speed", "wrong"], choices=PARTS)
+    ap.add_argument("--checkpoints", nargs="+", type=Path, default=[], help="part eval: one adapter folder per seed")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--variations", type=int, nargs="+", default=list(LESSON_VARIATIONS),
                     help="the lesson's train variations (default: the Lesson tab's)")
@@ -256,6 +290,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--test-variations", type=int, default=10, help="the first N variations of --eval-split")
     ap.add_argument("--eval-split", default="test", choices=["test", "dev"],
                     help="where naive success is measured before and after (dev: to choose lesson settings)")
+    ap.add_argument("--eval-stride", type=int, default=1,
+                    help="every Nth variation of --eval-split (7 on dev: all five box rooms and three animal blocks)")
     ap.add_argument("--test-episodes", type=int, default=2)
     ap.add_argument("--temperature", type=float, default=1.0)
     ap.add_argument("--wording", type=int, default=None, metavar="N", help="the lesson's tip in held-out wording N")
@@ -269,6 +305,11 @@ def main(argv: list[str] | None = None) -> int:
         env.check_variation(TASK, v)
         if v not in env.variations(TASK, "train"):
             ap.error(f"the lesson plays train variations; {v} is not one")
+    if "eval" in args.parts and (len(args.checkpoints) != len(args.seeds) or not all(c.is_dir() for c in args.checkpoints)):
+        ap.error(f"part eval needs one adapter folder per seed: --checkpoints {[str(c) for c in args.checkpoints]}, "
+                 f"--seeds {args.seeds}")
+    if args.eval_stride < 1:
+        ap.error(f"--eval-stride must be ≥ 1, got {args.eval_stride}")
     n = len(load_wordings())
     if args.wording is not None and not 0 <= args.wording < n:
         ap.error(f"--wording {args.wording}: {WORDINGS.name} holds wordings 0–{n - 1}")
@@ -290,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
             if part == "tips":
                 lines, results[part] = part_tips(args, policy, env)
             else:
-                run = {"lesson": part_lesson, "speed": part_speed, "wrong": part_wrong}[part]
+                run = {"lesson": part_lesson, "speed": part_speed, "wrong": part_wrong, "eval": part_eval}[part]
                 lines, results[part] = run(args, policy, env, root, warm)
             report += lines + ["", f"({part}: {time.perf_counter() - t:.0f} s)", ""]
             (root / "sw_lesson.md").write_text("\n".join(report))
