@@ -203,28 +203,32 @@ def part_eval(args, policy, env, root: Path, warm: list[torch.Tensor]) -> tuple[
     was chosen by on test, without playing the lesson again."""
     test_vs = list(env.variations(TASK, args.eval_split)[:: args.eval_stride][: args.test_variations])
     envs = [ScienceWorldEnv(step_limit=args.step_limit) for _ in range(args.test_episodes)]
-    rates = []
+    rows: dict[str, list[float]] = {"success": [], "found": [], "score": []}
     try:
         for seed, ckpt in zip(args.seeds, args.checkpoints):
             distilled = load_policy(dataclasses.replace(RunConfig().policy, adapter=str(ckpt)))
-            wins = []
+            eps = []
             for v in test_vs:
                 seed_policy(distilled, seed * 1000 + v)
-                eps = play_group(envs, distilled, None, task=TASK, variation=v, split=args.eval_split, rollout_mode="naive",
-                                 update_mode=None, temperature=args.temperature, seed=seed * 1000 + v, group_id="")  # fmt: skip
-                wins += [e.won for e in eps]
-            rates.append(sum(wins) / len(wins))
-            print(f"  seed {seed} ({ckpt}): {rates[-1]:.2f}", flush=True)
+                eps += play_group(envs, distilled, None, task=TASK, variation=v, split=args.eval_split, rollout_mode="naive",
+                                  update_mode=None, temperature=args.temperature, seed=seed * 1000 + v, group_id="")  # fmt: skip
+            # a wrong focus ends the episode at −100, so a focus with a score ≥ 0 found an animal
+            found = [any(st.action.startswith("focus on ") for st in e.steps) and e.score >= 0 for e in eps]
+            for key, values in (("success", [e.won for e in eps]), ("found", found), ("score", [e.score for e in eps])):
+                rows[key].append(statistics.fmean(values))
+            print(f"  seed {seed} ({ckpt}): " + ", ".join(f"{k} {v[-1]:.2f}" for k, v in rows.items()), flush=True)
             del distilled
     finally:
         for e in envs:
             e.close()
     evaluated = f"{test_vs[0]}–{test_vs[-1]}" if args.eval_stride == 1 else ", ".join(map(str, test_vs))
-    lines = [f"### Naive success of distilled checkpoints, {args.eval_split} variations {evaluated}, "
-             f"{args.test_episodes} episodes each, T = {args.temperature}", "", "| seed | checkpoint | success |", "|---|---|---|"]
-    lines += [f"| {s} | {c} | {r:.2f} |" for s, c, r in zip(args.seeds, args.checkpoints, rates)]
-    lines.append(f"| mean (min–max) | | {statistics.fmean(rates):.2f} ({min(rates):.2f}–{max(rates):.2f}) |")
-    return lines, {"variations": test_vs, "per_seed": rates, "mean": statistics.fmean(rates)}
+    lines = [f"### Naive episodes of distilled checkpoints, {args.eval_split} variations {evaluated}, "
+             f"{args.test_episodes} episodes each, T = {args.temperature}", "",
+             "| seed | success | focused on an animal | mean score |", "|---|---|---|---|"]  # fmt: skip
+    lines += [f"| {s} | {a:.2f} | {b:.2f} | {c:.1f} |" for s, a, b, c in zip(args.seeds, *rows.values())]
+    lines.append("| mean | " + " | ".join(f"{statistics.fmean(v):.2f}" for v in rows.values()) + " |")
+    lines += ["", "Checkpoints: " + ", ".join(str(c) for c in args.checkpoints)]
+    return lines, {"variations": test_vs, "checkpoints": [str(c) for c in args.checkpoints], **rows}
 
 
 WRONG_ROOM = "greenhouse"
