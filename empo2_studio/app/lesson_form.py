@@ -64,5 +64,6 @@ def task_defaults(task: str | None) -> tuple[Any, Any]:
     """Task picked: the variations dropdown offers its train variations, set to its default lesson
     (`lesson_defaults`), and the episodes per variation to the default's."""
     d = lesson_defaults(task if task in LESSON_TASKS else TRAP_TASKS[0])
-    return (gr.Dropdown(choices=[str(v) for v in train_variations(d.task)], value=[str(v) for v in d.variations]),
+    choices = [str(v) for v in train_variations(d.task)]
+    return (gr.Dropdown(choices=choices, value=[str(v) for v in d.variations], multiselect=True),
             gr.Number(value=d.episodes))  # fmt: skip
