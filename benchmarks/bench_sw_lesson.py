@@ -97,15 +97,20 @@ def part_tips(args, policy, env) -> tuple[list[str], dict]:
     return lines, out
 
 
-def naive_rate(trainer, variations: list[int], episodes: int, seed: int, temperature: float, split: str) -> float:
-    envs = trainer.envs(episodes)
-    wins = []
+def naive_episodes(policy, envs, variations: list[int], seed: int, temperature: float, split: str) -> list:
+    """Naive episodes, `len(envs)` per variation, group seeds `seed * 1000 + v` (the same before and
+    after a lesson, and for a checkpoint scored again by part eval)."""
+    episodes = []
     for v in variations:
-        seed_policy(trainer.policy, seed * 1000 + v)
-        eps = play_group(envs, trainer.policy, trainer.store, task=TASK, variation=v, split=split, rollout_mode="naive",
-                         update_mode=None, temperature=temperature, seed=seed * 1000 + v, group_id="")  # fmt: skip
-        wins += [e.won for e in eps]
-    return sum(wins) / len(wins)
+        seed_policy(policy, seed * 1000 + v)
+        episodes += play_group(envs, policy, None, task=TASK, variation=v, split=split, rollout_mode="naive",
+                               update_mode=None, temperature=temperature, seed=seed * 1000 + v, group_id="")  # fmt: skip
+    return episodes
+
+
+def naive_rate(trainer, variations: list[int], episodes: int, seed: int, temperature: float, split: str) -> float:
+    eps = naive_episodes(trainer.policy, trainer.envs(episodes), variations, seed, temperature, split)
+    return sum(e.won for e in eps) / len(eps)
 
 
 def part_lesson(args, policy, env, root: Path, warm: list[torch.Tensor]) -> tuple[list[str], dict]:
@@ -207,11 +212,7 @@ def part_eval(args, policy, env, root: Path, warm: list[torch.Tensor]) -> tuple[
     try:
         for seed, ckpt in zip(args.seeds, args.checkpoints):
             distilled = load_policy(dataclasses.replace(RunConfig().policy, adapter=str(ckpt)))
-            eps = []
-            for v in test_vs:
-                seed_policy(distilled, seed * 1000 + v)
-                eps += play_group(envs, distilled, None, task=TASK, variation=v, split=args.eval_split, rollout_mode="naive",
-                                  update_mode=None, temperature=args.temperature, seed=seed * 1000 + v, group_id="")  # fmt: skip
+            eps = naive_episodes(distilled, envs, test_vs, seed, args.temperature, args.eval_split)
             # a wrong focus ends the episode at −100, so a focus with a score ≥ 0 found an animal
             found = [any(st.action.startswith("focus on ") for st in e.steps) and e.score >= 0 for e in eps]
             for key, values in (("success", [e.won for e in eps]), ("found", found), ("score", [e.score for e in eps])):

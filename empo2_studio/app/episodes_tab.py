@@ -146,9 +146,9 @@ def pick_line(studio: Studio, run_id: str, task: str | None, variation: Any, spl
     if task == env.task and split == "train" and lesson is None:
         line = session_line(studio, run_id)
     else:
-        limit = env.step_limit if env.step_limit is not None else f"the task's ({studio.meta_env(env.name).step_limit(task)})"
-        if lesson is not None:
-            limit = f"{lesson} (the Lesson's, as on the Lesson tab; the task's own is {studio.meta_env(env.name).step_limit(task)})"
+        own = studio.meta_env(env.name).step_limit(task)
+        limit = (f"{lesson} (the Lesson's, as on the Lesson tab; the task's own is {own})" if lesson is not None
+                 else env.step_limit if env.step_limit is not None else f"the task's ({own})")  # fmt: skip
         which = f"its task `{task}`" if task == env.task else f"task `{task}` (the session trains on `{env.task}`)"
         line = f"Plays session `{run_id}`'s env **{env.name}** · {which} · step limit {limit}"
     chosen = "no variation chosen yet" if variation in (None, "") else f"variation {variation} ({split})"

@@ -56,7 +56,7 @@ def side_by_side(
     store = studio.store(run_id)
     envs = studio.episode_envs(run_id, env_name)
     lesson_limit = lesson_step_limit(studio.session(run_id).config.env, task)  # find-animal on ScienceWorld: 10
-    limit = min(envs[0].step_limit(task), lesson_limit or envs[0].step_limit(task))
+    limit = min(envs[0].step_limit(task), lesson_limit) if lesson_limit else envs[0].step_limit(task)
     studio.seed(seed)
     job.countdown = Countdown({"lock-step": limit})  # a step limit: an upper bound, episodes may end sooner
 
