@@ -39,18 +39,38 @@ def test_poll_draws_once_per_version_and_stops_the_timer_when_done():
         return f"view of v{j.version}", j.data.get("n", 0)
 
     status, view, n, timer, seen = jp.poll(reg, job.job_id, -1, 2, draw)
-    assert "[running]" in status and (view, n) == (f"view of v{seen}", 0) and timer.active
-    assert seen == job.version and drawn == [seen]
+    assert "[running]" in status and (view, n) == (f"view of v{job.version}", 0) and timer.active
+    assert seen == (job.version, job.data_version) and drawn == [job.version]
     # nothing changed since: every output skipped, the timer kept running, seen unchanged, no draw
     assert jp.poll(reg, job.job_id, seen, 2, draw)[:3] == (gr.skip(),) * 3
     *_, timer, again = jp.poll(reg, job.job_id, seen, 2, draw)
     assert timer.active and again == seen and len(drawn) == 1
-    job.update(n=7)  # one update: one version more, one redraw
-    assert jp.poll(reg, job.job_id, seen, 2, draw)[1:3] == (f"view of v{seen + 1}", 7)
+    job.update(n=7)  # one data update: one version more, one redraw
+    _, view, n, _, seen = jp.poll(reg, job.job_id, seen, 2, draw)
+    assert (view, n) == (f"view of v{job.version}", 7) and len(drawn) == 2
     release.set()
     reg.wait(job.job_id, 5)
-    status, _, _, timer, last = jp.poll(reg, job.job_id, seen + 1, 2, draw)
-    assert "[done]" in status and not timer.active and last == job.version
+    status, _, _, timer, last = jp.poll(reg, job.job_id, seen, 2, draw)
+    assert "[done]" in status and not timer.active and last == (job.version, job.data_version)
+    assert len(drawn) == 3  # finishing redraws the views (a view may show the end)
+
+
+def test_a_message_alone_redraws_the_status_line_not_the_views():
+    """A lock-step's message ("step 4 of ≤ 8") moves every second or so; the charts stay as drawn."""
+    reg, release = JobRegistry(), threading.Event()
+    job = _running(reg, release)
+    drawn = []
+    try:
+        *_, seen = jp.poll(reg, job.job_id, -1, 1, lambda j: drawn.append(j.version) or ("chart",))
+        job.update(message="step 4 of ≤ 8", progress=0.5)
+        status, view, timer, seen2 = jp.poll(reg, job.job_id, seen, 1, lambda j: drawn.append(j.version) or ("chart",))
+        assert "step 4 of ≤ 8" in status and view == gr.skip() and timer.active and len(drawn) == 1
+        assert seen2 == (seen[0] + 1, seen[1])
+        job.append("rows", {"iteration": 1})
+        assert jp.poll(reg, job.job_id, seen2, 1, lambda j: drawn.append(j.version) or ("chart",))[1] == "chart"
+        assert len(drawn) == 2
+    finally:
+        release.set()
 
 
 def test_poll_of_an_unknown_job_shows_idle_and_stops():

@@ -56,8 +56,8 @@ def adapt_view(data: dict[str, Any]) -> tuple[Any, str]:
     return figures.adapt_figure(data.get("trials", [])), "\n\n".join(lines)
 
 
-def poll_adapt(studio: Studio, job_id: str | None, seen: int) -> tuple[Any, ...]:
-    """Timer tick: (status html, chart, checksum markdown, timer, seen version)."""
+def poll_adapt(studio: Studio, job_id: str | None, seen: Any) -> tuple[Any, ...]:
+    """Timer tick: (status html, chart, checksum markdown, timer, seen)."""
     return jp.poll(studio.jobs, job_id, seen, 2, lambda job: adapt_view(job.snapshot()))
 
 

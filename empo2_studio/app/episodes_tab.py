@@ -220,8 +220,8 @@ def side_by_side_view(data: dict[str, Any]) -> tuple[str, str, Any]:
     )
 
 
-def poll_side_by_side(studio: Studio, job_id: str | None, seen: int) -> tuple[Any, ...]:
-    """Timer tick: (status, naive html, memory html, chart, timer, seen version)."""
+def poll_side_by_side(studio: Studio, job_id: str | None, seen: Any) -> tuple[Any, ...]:
+    """Timer tick: (status, naive html, memory html, chart, timer, seen)."""
     return jp.poll(studio.jobs, job_id, seen, 3, lambda job: side_by_side_view(job.snapshot()))
 
 

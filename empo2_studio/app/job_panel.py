@@ -9,8 +9,8 @@ call, so a tab's handlers are built from them and tested without a page.
 The convention every tab's handlers keep (the outputs `JobPanel` declares):
 
 - start: `started(job, *extra)` → (job id, status html, timer on, seen = -1, *extra);
-- poll: `poll(jobs, job_id, seen, n_views, render)` → (status html, *n_views views, timer, seen version),
-  each output `gr.skip()` when nothing changed since the version the page last drew;
+- poll: `poll(jobs, job_id, seen, n_views, render)` → (status html, *n_views views, timer, seen), each
+  output `gr.skip()` when nothing it shows changed since the versions the page last drew (`seen`);
 - stop: `stop(jobs, job_id)` → status html; page load: `attach(jobs, current, kinds)` → (job id, timer, seen).
 """
 
@@ -25,8 +25,11 @@ import gradio as gr
 from empo2_studio.app import render
 from empo2_studio.app.jobs import Job, JobRegistry
 
-POLL_S = 0.5
-"""Seconds between two polls of a running job."""
+POLL_S = 1.0
+"""Seconds between two polls of a running job: the countdown's resolution. Each tick costs the browser
+CPU that a 2-core machine takes from training: during a class race with the page open, Chromium used
+30 % of a core at 0.5 s and 17 % at 1 s, and EMPO²'s first iterations took 46–51 s and 33–40 s (25–35 s
+with no page watching; docs/notebook/2026-12-06-class-race.md)."""
 
 
 def job_status_html(job: Job | None) -> str:
@@ -54,13 +57,16 @@ def started(job: Job, *extra: Any) -> tuple[Any, ...]:
 
 
 def poll(
-    jobs: JobRegistry, job_id: str | None, seen: int, n_views: int, draw: Callable[[Job], Sequence[Any]]
+    jobs: JobRegistry, job_id: str | None, seen: Any, n_views: int, draw: Callable[[Job], Sequence[Any]]
 ) -> tuple[Any, ...]:
-    """One timer tick: (status html, *views, timer, seen version), 3 + n_views values.
+    """One timer tick: (status html, *views, timer, seen), 3 + n_views values.
 
-    `draw(job)` returns the tab's `n_views` views of the job (ValueError if it returns another count).
-    An unknown job (None id, or dropped from the registry) shows "idle" and stops the timer; a job
-    whose version is `seen` skips every view, and its status too unless it runs with a countdown. The version, the timer and the status are read BEFORE
+    `seen` is what the page last drew: -1 (nothing yet) or the job's (version, data_version) then.
+    `draw(job)` returns the tab's `n_views` views of the job (ValueError if it returns another count);
+    it runs only when the job's data changed (`Job.data_version`), so a message moving at every
+    lock-step redraws the status line, not the charts. An unknown job (None id, or dropped from the
+    registry) shows "idle" and stops the timer; a job unchanged since `seen` skips every view, and its
+    status too unless it runs with a countdown. The versions, the timer and the status are read BEFORE
     `draw`: read after, a job finishing mid-draw would switch the timer off under a page showing it
     still running, and nothing would poll again; read before, a change during the draw costs one
     more tick, which redraws.
@@ -68,14 +74,17 @@ def poll(
     job = jobs.get(job_id)
     if job is None:
         return (job_status_html(None), *[gr.skip()] * n_views, gr.Timer(active=False), seen)
-    if job.version == seen:  # a counting job's status still moves: its clock runs between updates
+    now = (job.version, job.data_version)
+    if now == seen:  # a counting job's status still moves: its clock runs between updates
         status = job_status_html(job) if job.countdown is not None and not job.finished else gr.skip()
         return (status, *[gr.skip()] * n_views, timer_for(job), seen)
-    version, timer, status = job.version, timer_for(job), job_status_html(job)
+    timer, status = timer_for(job), job_status_html(job)
+    if seen != -1 and now[1] == seen[1]:
+        return (status, *[gr.skip()] * n_views, timer, now)
     views = tuple(draw(job))
     if len(views) != n_views:
         raise ValueError(f"a poll of {job.kind} jobs draws {n_views} views, got {len(views)}")
-    return (status, *views, timer, version)
+    return (status, *views, timer, now)
 
 
 def stop(jobs: JobRegistry, job_id: str | None) -> str:

@@ -56,6 +56,10 @@ class Job:
     """Live, job-specific state (streamed steps, reports) the UI renders; written under `lock`."""
     version: int = 0
     """Bumped on every update so pollers can skip re-rendering when nothing changed."""
+    data_version: int = 0
+    """Bumped when `data`, the status or the result changes, not on a message or progress alone: what a
+    tab's views (charts, tables) draw. A running job's message moves at every lock-step; redrawing a
+    plotly chart that often cost the browser a third of a core on a 2-core machine."""
     countdown: Any = None
     """While it runs: the job's `lesson.timing.Countdown` (elapsed and time left, read at every poll,
     so the status line moves while a long step runs); None for a job with nothing to count."""
@@ -80,12 +84,14 @@ class Job:
                 self.message = message
             self.data.update(data)
             self.version += 1
+            self.data_version += 1 if data else 0
 
     def append(self, key: str, item: Any) -> None:
         """Append `item` to the list `data[key]` (thread-safe), e.g. one streamed step."""
         with self.lock:
             self.data.setdefault(key, []).append(item)
             self.version += 1
+            self.data_version += 1
 
     def claim(self, key: str) -> bool:
         """True the first time it is called with `key` on this job, False after (thread-safe): for a
@@ -160,6 +166,7 @@ class JobRegistry:
             with job.lock:
                 job.status = "running"
                 job.version += 1
+                job.data_version += 1
             with stop_scope(job.stop_event):
                 result = fn(job)
         except StopRequested:  # a body that keeps nothing of its own: what it ran is in its last message
@@ -194,6 +201,7 @@ class JobRegistry:
                 job.progress = progress
             job.finished_at = time.time()
             job.version += 1
+            job.data_version += 1
 
     def get(self, job_id: str | None) -> Job | None:
         """The job with this id, or None (unknown ids are not an error: a poller may be stale)."""

@@ -225,8 +225,8 @@ def _results_of(data: dict[str, Any]) -> dict[str, StageResult]:
     return {k: StageResult.from_dict(v) for k, v in data.get("results", {}).items()}
 
 
-def poll_lesson(studio: Studio, job_id: str | None, seen: int) -> tuple[Any, ...]:
-    """Timer tick: (status html, 4 tables, chart, session markdown, timer, seen version). Stages the
+def poll_lesson(studio: Studio, job_id: str | None, seen: Any) -> tuple[Any, ...]:
+    """Timer tick: (status html, 4 tables, chart, session markdown, timer, seen). Stages the
     job has not played show the session's earlier results; the session line is renewed at the end."""
 
     def draw(job: Job) -> tuple[Any, ...]:

@@ -189,8 +189,8 @@ def race_view(data: dict[str, Any]) -> tuple[Any, Any, Any]:
     return charts.race_figure(rows, ARM_LABELS, data.get("evals", {})), frame, f"**{verdict}**" if verdict else ""
 
 
-def poll_race(studio: Studio, job_id: str | None, seen: int) -> tuple[Any, ...]:
-    """Timer tick: (status html, chart, table, verdict, timer, seen version)."""
+def poll_race(studio: Studio, job_id: str | None, seen: Any) -> tuple[Any, ...]:
+    """Timer tick: (status html, chart, table, verdict, timer, seen)."""
     return jp.poll(studio.jobs, job_id, seen, 3, lambda job: race_view(job.snapshot()))
 
 

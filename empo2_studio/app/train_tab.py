@@ -92,8 +92,8 @@ def train_charts(studio: Studio, run_id: str) -> list[Any]:
     return figures.train_figures(studio.session(run_id).metrics())
 
 
-def poll_training(studio: Studio, job_id: str | None, seen: int, run_id: str) -> tuple[Any, ...]:
-    """Timer tick: (status html, 5 figures…, timer, seen version)."""
+def poll_training(studio: Studio, job_id: str | None, seen: Any, run_id: str) -> tuple[Any, ...]:
+    """Timer tick: (status html, 5 figures…, timer, seen)."""
     return jp.poll(studio.jobs, job_id, seen, 5, lambda job: train_charts(studio, run_id))
 
 
