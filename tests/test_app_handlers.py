@@ -463,7 +463,7 @@ def test_the_train_tab_runs_on_the_scripted_policy(tmp_path, studio_cfg):
         job = s.jobs.wait(job_id, 120)
         assert job.status == "done", job.error
         status, score, losses, *_, timer, seen = tt.poll_training(s, job_id, -1, RUN)
-        assert "[done]" in status and not timer.active and seen == job.version
+        assert "[done]" in status and not timer.active and seen == (job.version, job.data_version)
         assert [(t.name, list(t.x), list(t.y)) for t in score.data] == [("on-policy", [1.0], [0.0])]  # (100 − 100)/2
         loss = {t.name: list(t.y) for t in losses.data}["loss/policy"]
         assert loss == [pytest.approx(-39 / (85 * 2**0.5), rel=1e-5)]
