@@ -28,8 +28,8 @@ from empo2_studio.app.jobs import Job, JobRegistry
 POLL_S = 1.0
 """Seconds between two polls of a running job: the countdown's resolution. Each tick costs the browser
 CPU that a 2-core machine takes from training: during a class race with the page open, Chromium used
-30 % of a core at 0.5 s and 17 % at 1 s, and EMPO²'s first iterations took 46–51 s and 33–40 s (25–35 s
-with no page watching; docs/notebook/2026-12-06-class-race.md)."""
+30 % of a core at 0.5 s and 17 % at 1 s, and EMPO²'s first iterations took 46–51 s and 33–41 s (25–35 s
+with no page watching; docs/notebook/2026-12-06-class-race-in-the-studio.md)."""
 
 
 def job_status_html(job: Job | None) -> str:

@@ -58,8 +58,8 @@ class Job:
     """Bumped on every update so pollers can skip re-rendering when nothing changed."""
     data_version: int = 0
     """Bumped when `data`, the status or the result changes, not on a message or progress alone: what a
-    tab's views (charts, tables) draw. A running job's message moves at every lock-step; redrawing a
-    plotly chart that often cost the browser a third of a core on a 2-core machine."""
+    tab's views (charts, tables) draw. A running job's message moves at every lock-step, and a poll
+    redraws only the status line for it (`job_panel.poll`)."""
     countdown: Any = None
     """While it runs: the job's `lesson.timing.Countdown` (elapsed and time left, read at every poll,
     so the status line moves while a long step runs); None for a job with nothing to count."""
