@@ -113,8 +113,15 @@ def naive_rate(trainer, variations: list[int], episodes: int, seed: int, tempera
     return sum(e.won for e in eps) / len(eps)
 
 
+def eval_variations(args, env) -> tuple[list[int], str]:
+    """The variations parts lesson and eval score naive episodes on (every `--eval-stride`th of
+    `--eval-split`, the first `--test-variations`), and how a table names them."""
+    vs = list(env.variations(TASK, args.eval_split)[:: args.eval_stride][: args.test_variations])
+    return vs, f"{vs[0]}–{vs[-1]}" if args.eval_stride == 1 else ", ".join(map(str, vs))
+
+
 def part_lesson(args, policy, env, root: Path, warm: list[torch.Tensor]) -> tuple[list[str], dict]:
-    test_vs = list(env.variations(TASK, args.eval_split)[:: args.eval_stride][: args.test_variations])
+    test_vs, evaluated = eval_variations(args, env)
     rows: dict[str, list[float]] = {}
     for seed in args.seeds:
         restore_weights(policy, warm)
@@ -150,7 +157,6 @@ def part_lesson(args, policy, env, root: Path, warm: list[torch.Tensor]) -> tupl
         print(f"  seed {seed}: " + ", ".join(f"{k} {v:.2f}" for k, v in measured.items()), flush=True)
     spread = {k: f"{statistics.fmean(v):.2f} ({min(v):.2f}–{max(v):.2f})" for k, v in rows.items()}
     tip = "the pre-filled tip" if args.wording is None else f"held-out wording {args.wording}"
-    evaluated = f"{test_vs[0]}–{test_vs[-1]}" if args.eval_stride == 1 else ", ".join(map(str, test_vs))
     lines = [f"### The Lesson on find-animal, train variations {args.variations}, {args.episodes} episodes per variation "
              f"and stage, step limit {args.step_limit}, {args.distill_steps} distill steps, {tip}, seeds {args.seeds} "
              "(mean, min–max over seeds)", "",
@@ -206,7 +212,7 @@ def part_eval(args, policy, env, root: Path, warm: list[torch.Tensor]) -> tuple[
     adapters a `--parts lesson` run saved) on `--eval-split`, as part lesson scores its own after the
     lesson (`naive_rate`'s seeds and episodes): a lesson chosen on dev scores the very checkpoints it
     was chosen by on test, without playing the lesson again."""
-    test_vs = list(env.variations(TASK, args.eval_split)[:: args.eval_stride][: args.test_variations])
+    test_vs, evaluated = eval_variations(args, env)
     envs = [ScienceWorldEnv(step_limit=args.step_limit) for _ in range(args.test_episodes)]
     rows: dict[str, list[float]] = {"success": [], "found": [], "score": []}
     try:
@@ -222,7 +228,6 @@ def part_eval(args, policy, env, root: Path, warm: list[torch.Tensor]) -> tuple[
     finally:
         for e in envs:
             e.close()
-    evaluated = f"{test_vs[0]}–{test_vs[-1]}" if args.eval_stride == 1 else ", ".join(map(str, test_vs))
     lines = [f"### Naive episodes of distilled checkpoints, {args.eval_split} variations {evaluated}, "
              f"{args.test_episodes} episodes each, T = {args.temperature}", "",
              "| seed | success | focused on an animal | mean score |", "|---|---|---|---|"]  # fmt: skip

@@ -84,7 +84,8 @@ class Job:
                 self.message = message
             self.data.update(data)
             self.version += 1
-            self.data_version += 1 if data else 0
+            if data:
+                self.data_version += 1
 
     def append(self, key: str, item: Any) -> None:
         """Append `item` to the list `data[key]` (thread-safe), e.g. one streamed step."""
