@@ -1,7 +1,8 @@
 """Evaluation and out-of-distribution adaptation (paper §5 protocol and §6.1; method.md §1.4, §4).
 
-- `evaluate`: the test split (up to `eval_variations` variations, each played `eval_repeats` times in
-  one lock-step group), NO memory — tips are never retrieved nor written — at the eval temperature
+- `evaluate`: the test split (up to `eval_variations` variations, each played `eval_repeats` times;
+  the episodes are played in lock-step batches as wide as a training group, `rollout.group_size`, or
+  `eval_repeats` if larger, several layouts per batch), NO memory — tips are never retrieved nor written — at the eval temperature
   (paper 0.4). Returns the mean score (−100 … 100) and success rate per task.
 - `adapt`: weights frozen; trial 0 plays without memory, then `trials` trials play with memory on a task
   the policy was not trained on, each trial's episodes writing their tips into that task's partition
@@ -24,7 +25,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from empo2_studio.envs import EnvPool, check_unseen_task
-from empo2_studio.rollout import mean_score, play_group, sampling_seed, seed_policy, success_rate, write_group_tips
+from empo2_studio.rollout import (
+    mean_score, play_batch, play_group, sampling_seed, seed_policy, success_rate, write_group_tips,
+)  # fmt: skip
 from empo2_studio.types import Episode, RolloutMode
 
 if TYPE_CHECKING:
@@ -45,44 +48,54 @@ def evaluate(
     variations: int | None = None,
     repeats: int | None = None,
     on_progress: Callable[[int, int, int], None] | None = None,
+    width: int | None = None,
 ) -> dict[str, float]:
     """Play the test split without memory and record the result in the session.
 
     Args:
         policy: the policy to evaluate (sampled, never updated).
-        envs: the pool the episodes play on (`repeats` instances are taken).
+        envs: the pool the episodes play on (max(`repeats`, `rollout.group_size`) instances are taken).
         cfg: the run config (task, seed, eval temperature, default variations / repeats).
         session: where the episodes and the metrics row go; `iteration` labels the row.
         variations: test variations to use (default `train.eval_variations`, capped by the split size).
         repeats: episodes per variation (default `train.eval_repeats`).
-        on_progress: called as `on_progress(played, total, won)` (episode counts) after each test
-            variation's group, so a page shows an evaluation of minutes filling up.
+        on_progress: called as `on_progress(played, total, won)` (episode counts) as each episode
+            ends, so a page shows an evaluation of minutes filling up.
+        width: episodes per lock-step batch (default max(`repeats`, `rollout.group_size`); `repeats`
+            plays one layout at a time, benchmarks/bench_eval.py).
 
     Returns:
         {"eval/score_mean", "eval/success_rate", "eval/episodes",
          "eval/<task>/score_mean", "eval/<task>/success_rate"}; scores −100 … 100, rates 0 … 1.
 
     Raises:
-        ValueError: variations or repeats < 1.
+        ValueError: variations, repeats or width < 1.
         StopRequested: the thread's stop event was set (`stopping.stop_scope`): nothing is recorded.
     """
     n_var = cfg.train.eval_variations if variations is None else variations
     n_rep = cfg.train.eval_repeats if repeats is None else repeats
-    if n_var < 1 or n_rep < 1:
-        raise ValueError(f"evaluate needs variations ≥ 1 and repeats ≥ 1, got {n_var!r} and {n_rep!r}")
+    width = max(n_rep, cfg.rollout.group_size) if width is None else width  # the pool holds a group's envs
+    if n_var < 1 or n_rep < 1 or width < 1:
+        raise ValueError(f"evaluate needs variations, repeats and width ≥ 1, got {n_var!r}, {n_rep!r} and {width!r}")
     task = cfg.env.task
     t0 = time.perf_counter()
-    group = envs.take(n_rep)
+    group = envs.take(width)
     test_variations = group[0].variations(task, "test")[:n_var]
+    planned = [v for v in test_variations for _ in range(n_rep)]
     seed_policy(policy, cfg.seed)  # the same sampling noise at every evaluation of a run
     episodes: list[Episode] = []
-    for variation in test_variations:
-        episodes += play_group(
-            group, policy, None, task=task, variation=variation, split="test", rollout_mode="naive",
-            update_mode=None, temperature=cfg.rollout.eval_temperature, seed=cfg.seed, group_id="",
-        )  # fmt: skip
+    ended: list[bool] = []  # won, per episode ended so far (batches report as they go)
+
+    def count(_index: int, won: bool) -> None:
+        ended.append(won)
         if on_progress is not None:
-            on_progress(len(episodes), len(test_variations) * n_rep, sum(1 for e in episodes if e.won))
+            on_progress(len(ended), len(planned), sum(ended))
+
+    for start in range(0, len(planned), width):
+        episodes += play_batch(
+            group, policy, task=task, variations=planned[start : start + width], split="test",
+            temperature=cfg.rollout.eval_temperature, seed=cfg.seed, on_end=count,
+        )  # fmt: skip
     score, success = mean_score(episodes), success_rate(episodes)
     result = {
         "eval/score_mean": score,

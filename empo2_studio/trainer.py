@@ -324,10 +324,11 @@ class Trainer:
 
     # ---- evaluation, adaptation -------------------------------------------------------------
     def evaluate(self, *, variations: int | None = None, repeats: int | None = None,
-                 on_progress: Callable[[int, int, int], None] | None = None) -> dict[str, float]:  # fmt: skip
+                 on_progress: Callable[[int, int, int], None] | None = None, width: int | None = None,
+                 ) -> dict[str, float]:  # fmt: skip
         """Test-split evaluation of this trainer's policy, without memory (see `evaluation.evaluate`)."""
         return evaluation.evaluate(self.policy, self.pool, self.cfg, self.session, iteration=self.iteration,
-                                   variations=variations, repeats=repeats, on_progress=on_progress)  # fmt: skip
+                                   variations=variations, repeats=repeats, on_progress=on_progress, width=width)  # fmt: skip
 
     def adapt(self, task: str, *, trials: int = 10, on_trial: Callable[[dict[str, float]], None] | None = None,
               stop: threading.Event | None = None) -> list[dict[str, float]]:  # fmt: skip

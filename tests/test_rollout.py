@@ -17,6 +17,7 @@ from empo2_studio.rollout import (
     Timings,
     draw_update_mode,
     key_text,
+    play_batch,
     play_group,
     play_side_by_side,
     seed_policy,
@@ -323,3 +324,22 @@ def test_a_curated_plan_is_shown_from_its_first_unplayed_step(store):
         assert prompts.note_text(tip.text) == f"{where}: " + ", then ".join(gold[k:]) + "."
         # what the policy was shown is what every later rebuild (scoring, reflection) renders
         assert policy.calls[k][0].turns[-1].user_text == with_tips_message(step, "compact")
+
+
+def test_a_batch_plays_each_episode_on_its_own_variation_and_reports_each_end():
+    # Even episodes focus on the coat rack (a wrong focus ends the episode at its first step), odd ones
+    # look around until the step limit (3): lock-step batch sizes 4, 2, 2, ends 0 and 2 first, then 1, 3.
+    policy = ScriptedPolicy(lambda req: "focus on coat rack" if int(req.key.rsplit("-", 1)[1]) % 2 == 0 else "look around")
+    envs = [TrapEnv(step_limit=3) for _ in range(5)]
+    ends = []
+    episodes = play_batch(envs, policy, task=TASK, variations=[36, 36, 37, 0], split="test", temperature=0.4,
+                          seed=3, on_end=lambda i, won: ends.append((i, won)))  # fmt: skip
+    assert [e.variation for e in episodes] == [36, 36, 37, 0]
+    assert [e.first_observation for e in episodes] == [TrapEnv().reset(TASK, v).text for v in (36, 36, 37, 0)]
+    assert [len(call) for call in policy.calls] == [4, 2, 2]
+    assert [len(e.steps) for e in episodes] == [1, 3, 1, 3]
+    assert ends == [(0, False), (2, False), (1, False), (3, False)]
+    assert all(e.update_mode is None and e.group_id == "" and e.rollout_mode == "naive" for e in episodes)
+    assert all(e.split == "test" and e.temperature == 0.4 and e.seed == 3 for e in episodes)
+    with pytest.raises(ValueError, match="1 to 2 variations"):
+        play_batch(envs[:2], policy, task=TASK, variations=[36, 37, 38], split="test", temperature=0.4, seed=0)

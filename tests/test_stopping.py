@@ -68,12 +68,15 @@ def test_a_stop_during_the_evaluation_before_training_saves_nothing(tmp_path, ti
 
     def on_progress(arm, played, total, won) -> None:
         progress.append((arm, played, total))
-        event.set()  # after the first test layout's 2 episodes
+        event.set()  # after the first test episode ends
 
     with stop_scope(event), pytest.raises(StopRequested):
         race.run(2, eval_every=1, on_progress=on_progress)
     race.close()
-    assert progress == [(None, 2, 6)]  # 3 test layouts × 2, shared by the arms; cut after the first
+    # 3 test layouts × 2, shared by the arms, played in batches of 3 (the group size); every episode that
+    # ended in the lock-step that set the event is counted, then the next lock-step stops the batch
+    assert progress[0] == (None, 1, 6) and progress == [(None, k, 6) for k in range(1, len(progress) + 1)]
+    assert len(progress) < 3
     assert race.saved == {} and race.evals == {"EMPO2": [], "GRPO": []}
     assert all(t.session.checkpoints() == [] and t.session.metrics() == [] for t in race.trainers.values())
     line = closing_line("", 12.0, {"EMPO2": [], "GRPO": []}, {"EMPO2": [], "GRPO": []}, [],

@@ -257,6 +257,18 @@ def test_evaluate_never_touches_memory(tmp_path, tiny_policy):
     assert all(s.tips == () for e in test_eps for s in e.steps)
 
 
+def test_evaluate_plays_the_layouts_in_batches_as_wide_as_a_group_and_counts_each_episode(tmp_path, tiny_policy):
+    trainer = make_trainer(tmp_path, tiny_policy, rollout={"group_size": 3}, train={"eval_variations": 4, "eval_repeats": 1})
+    progress = []
+    result = trainer.evaluate(on_progress=lambda played, total, won: progress.append((played, total, won)))
+    test_eps = [e for e in trainer.session.episodes() if e.split == "test"]
+    # 4 layouts × 1 episode in batches of 3 (the group size): 36, 37, 38 together, then 39
+    assert sorted(e.variation for e in test_eps) == [36, 37, 38, 39] and result["eval/episodes"] == 4.0
+    assert [p[:2] for p in progress] == [(1, 4), (2, 4), (3, 4), (4, 4)]
+    assert progress[-1][2] == sum(e.won for e in test_eps) == round(4 * result["eval/success_rate"])
+    assert len(trainer.pool._envs) == 3  # no env made beyond the group's
+
+
 def test_adapt_keeps_weights_and_grows_the_new_task_memory(tmp_path, tiny_policy):
     trainer = make_trainer(tmp_path, tiny_policy)
     before = _named(tiny_policy)

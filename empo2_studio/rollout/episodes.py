@@ -11,8 +11,8 @@ Implements the acting half of one EMPO² iteration (paper §4.2, Algorithm 1; me
 - every step records both prompt variants (`Step.user_message` without tips, `Step.tips` to rebuild the
   with-tips one), the sampled tokens with their behaviour log-probs, the executed action, and the
   novelty bonus of the state it reached (paper §4.3, unscaled; the trainer applies the coefficient);
-- `write_group_tips` lets the policy write one tip per finished episode and stores it (one entry per
-  step, paper §2).
+- `write_group_tips` (`rollout.tip_writing`) lets the policy write one tip per finished episode and
+  stores it (one entry per step, paper §2).
 
 Departures: the memory key and query texts are built from the tip-free conversation (so naive and memory
 episodes share one key space and a retrieved block never makes the next query look like itself); the
@@ -31,10 +31,10 @@ from typing import TYPE_CHECKING
 
 from empo2_studio.envs import TextEnv
 from empo2_studio.policy import ActionRequest, Turn, prompts
-from empo2_studio.rollout.conversation import conversation, step_turn, user_turn
+from empo2_studio.rollout.conversation import step_turn, user_turn
 from empo2_studio.rollout.retrieval import KEY_TAIL_CHARS, retrieve_tips  # noqa: F401  (KEY_TAIL_CHARS: re-exported)
-from empo2_studio.rollout.retrieval import cap as _cap
-from empo2_studio.stopping import StopRequested, stop_requested
+from empo2_studio.rollout.tip_writing import forget_and_stop, key_text, write_group_tips  # noqa: F401  (re-exported)
+from empo2_studio.stopping import stop_requested
 from empo2_studio.types import (
     Episode, Observation, PromptStyle, RolloutMode, Split, Step, UpdateMode,
 )  # fmt: skip
@@ -46,6 +46,8 @@ if TYPE_CHECKING:  # annotations only: the rollout runs on any object with these
 
 StepCallback = Callable[[int, Step], None]
 """Called as `on_step(episode_index, step)` right after each step is executed."""
+EndCallback = Callable[[int, bool], None]
+"""Called as `on_end(episode_index, won)` right after an episode's last step."""
 
 
 @dataclass
@@ -66,6 +68,7 @@ class _Live:
 
     index: int
     env: TextEnv
+    variation: int
     key: str
     """The policy's sampling-cache key, and the episode's `episode_id`."""
     rollout_mode: RolloutMode
@@ -136,10 +139,52 @@ def play_group(
     """
     modes = [rollout_mode] * len(envs)
     return _play(
-        envs, policy, store, modes, task=task, variation=variation, split=split, update_mode=update_mode,
+        envs, policy, store, modes, task=task, variations=[variation] * len(envs), split=split, update_mode=update_mode,
         temperature=temperature, seed=seed, embedder=embedder, novelty=novelty, on_step=on_step,
         group_id=group_id if group_id is not None else uuid.uuid4().hex[:12], timings=timings,
         keep_caches=keep_caches,
+    )  # fmt: skip
+
+
+def play_batch(
+    envs: Sequence[TextEnv],
+    policy: Policy,
+    *,
+    task: str,
+    variations: Sequence[int],
+    split: Split,
+    temperature: float,
+    seed: int,
+    on_end: EndCallback | None = None,
+    timings: Timings | None = None,
+) -> list[Episode]:
+    """Play naive episodes of several variations in lock-step, episode i on `variations[i]` with `envs[i]`.
+
+    The memory-free evaluation's batch (paper §5 protocol): test layouts played together share each
+    step's sampling call, as a training group does, instead of one small group per layout. Nothing is
+    trained on these episodes (`update_mode` None) and no tip is read or written.
+
+    Args:
+        envs: at least `len(variations)` env instances (the first `len(variations)` are used).
+        variations, task, split: what each episode plays.
+        temperature, seed: as in `play_group` (the caller seeds the sampler).
+        on_end: called as `on_end(episode_index, won)` as soon as an episode ends, so a page can count
+            finished episodes while the batch still runs.
+
+    Returns:
+        The episodes in `variations` order, `group_id` "" (they form no GRPO group).
+
+    Raises:
+        ValueError: no variations, or fewer envs than variations.
+        StopRequested: as in `play_group`.
+    """
+    if not variations or len(envs) < len(variations):
+        raise ValueError(f"play_batch needs 1 to {len(envs)} variations (one env each), got {len(variations)}")
+    n = len(variations)
+    return _play(
+        envs[:n], policy, None, ["naive"] * n, task=task, variations=variations, split=split, update_mode=None,
+        temperature=temperature, seed=seed, embedder=None, novelty=None, on_step=None, group_id="", timings=timings,
+        on_end=on_end,
     )  # fmt: skip
 
 
@@ -177,7 +222,7 @@ def play_side_by_side(
     modes: list[RolloutMode] = ["naive", "memory"]
     callback = None if on_step is None else (lambda i, step: on_step(modes[i], step))
     naive, memory = _play(
-        envs[:2], policy, store, modes, task=task, variation=variation, split=split, update_mode=None,
+        envs[:2], policy, store, modes, task=task, variations=[variation] * 2, split=split, update_mode=None,
         temperature=temperature, seed=seed, embedder=None, novelty=None, on_step=callback,
         group_id="", timings=timings, keep_caches=keep_caches or write_tips, step_limit=step_limit,
     )  # fmt: skip
@@ -186,57 +231,9 @@ def play_side_by_side(
     return naive, memory
 
 
-def write_group_tips(
-    policy: Policy, store: TipMemory, episodes: Sequence[Episode], *, timings: Timings | None = None,
-    writer: Policy | None = None, note_context: str = "episode",
-) -> list[Episode]:  # fmt: skip
-    """Let the policy write one tip per episode and store it (paper §2; all modes, as the recipe does).
-
-    The tip of each episode goes into `store.add_episode_tips(episode, tip, key_text)` (one entry per
-    step); `key_text` is the episode's final tip-free conversation. Episodes whose cleaned tip is empty
-    store nothing. Sampling caches kept for the episodes (`keep_caches`) are reused, then dropped.
-    `writer`: another policy writes the tips (`memory.note_writer`; None: `policy`), which drops the
-    actor's caches first; `note_context` as `memory.reflection.write_tips`'s `context`.
-
-    Returns:
-        The episodes with `tip` set (same order).
-    """
-    from empo2_studio.memory.reflection import write_tips  # imported late: memory pulls in lancedb
-
-    if not episodes:
-        return []
-    if stop_requested():  # before any tip is stored: the group's caches go, nothing is half-written
-        _forget(policy, [e.episode_id for e in episodes])
-    t0 = time.perf_counter()
-    if (writer is not None and writer is not policy) or note_context != "episode":
-        for e in episodes:  # the kept sampling caches are the actor's, of the episode's whole conversation
-            policy.forget(e.episode_id)
-    tips = write_tips(writer or policy, episodes, [conversation(e) for e in episodes], context=note_context)
-    out = []
-    for episode, tip in zip(episodes, tips, strict=True):
-        if tip.strip():
-            store.add_episode_tips(episode, tip, key_text(episode))
-        out.append(replace(episode, tip=tip))
-    if timings is not None:
-        timings.add("memory", t0)
-    return out
-
-
-def _forget(policy: Policy, keys: Sequence[str]) -> None:
-    """Drop the sampling caches of an abandoned group, then raise `StopRequested`."""
-    for key in keys:
-        policy.forget(key)
-    raise StopRequested("stopped by request")
-
-
 def seed_policy(policy: Policy, seed: int) -> None:
     """Seed the policy's sampling generator (`HFPolicy.generator`; sampling never reads torch's global RNG)."""
     policy.generator.manual_seed(seed)
-
-
-def key_text(episode: Episode) -> str:
-    """The memory key of a finished episode: its tip-free conversation as "user: … assistant: …"."""
-    return _cap(prompts.conversation_text([(s.user_message, s.sample.text) for s in episode.steps]))
 
 
 def _play(
@@ -246,7 +243,7 @@ def _play(
     modes: Sequence[RolloutMode],
     *,
     task: str,
-    variation: int,
+    variations: Sequence[int],
     split: Split,
     update_mode: UpdateMode | None,
     temperature: float,
@@ -258,25 +255,28 @@ def _play(
     timings: Timings | None,
     keep_caches: bool = False,
     step_limit: int | None = None,
+    on_end: EndCallback | None = None,
 ) -> list[Episode]:
     if not envs:
         raise ValueError("play_group needs at least one env instance, got none")
     if "memory" in modes and store is None:
         raise ValueError("memory rollouts need a tip store; got store=None")
     timings = timings if timings is not None else Timings()
-    live = _start(envs, modes, task, variation, timings, prefix=group_id or "ep", step_limit=step_limit)
+    live = _start(envs, modes, task, variations, timings, prefix=group_id or "ep", step_limit=step_limit)
     while running := [ep for ep in live if not ep.done]:
         if stop_requested():  # a job's Stop lands within one lock-step; the unfinished group is dropped
-            _forget(policy, [ep.key for ep in live])
-        _advance(running, policy, store, task, variation, temperature, embedder, novelty, on_step, timings)
+            forget_and_stop(policy, [ep.key for ep in live])
+        _advance(running, policy, store, task, temperature, embedder, novelty, on_step, timings)
         for ep in running:
             if ep.done and not keep_caches:
                 policy.forget(ep.key)
+            if ep.done and on_end is not None:
+                on_end(ep.index, ep.won)
     now = time.time()
     episodes = [
         Episode(
             episode_id=ep.key,
-            env=envs[ep.index].name, task=task, variation=variation, split=split,
+            env=envs[ep.index].name, task=task, variation=ep.variation, split=split,
             rollout_mode=ep.rollout_mode, update_mode=update_mode, decoding=policy.decoding,
             temperature=temperature, seed=seed, steps=tuple(ep.steps), score=ep.obs.score, won=ep.won,
             policy_version=policy.version, group_id=group_id, created_at=now,
@@ -288,16 +288,16 @@ def _play(
 
 
 def _start(
-    envs: Sequence[TextEnv], modes: Sequence[RolloutMode], task: str, variation: int, timings: Timings, prefix: str,
-    step_limit: int | None = None,
-) -> list[_Live]:
+    envs: Sequence[TextEnv], modes: Sequence[RolloutMode], task: str, variations: Sequence[int], timings: Timings,
+    prefix: str, step_limit: int | None = None,
+) -> list[_Live]:  # fmt: skip
     t0 = time.perf_counter()
     live = []
-    for i, (env, mode) in enumerate(zip(envs, modes, strict=True)):
+    for i, (env, mode, variation) in enumerate(zip(envs, modes, variations, strict=True)):
         obs = env.reset(task, variation)
         live.append(
             _Live(
-                index=i, env=env, key=f"{prefix}-{uuid.uuid4().hex[:8]}-{i}", rollout_mode=mode, obs=obs,
+                index=i, env=env, variation=variation, key=f"{prefix}-{uuid.uuid4().hex[:8]}-{i}", rollout_mode=mode, obs=obs,
                 step_limit=min(env.step_limit(task), step_limit or env.step_limit(task)),
                 fewshot=tuple(env.fewshot_examples(task)),
                 prompt_style=prompts.prompt_style(env.name), first=obs,
@@ -312,7 +312,6 @@ def _advance(
     policy: Policy,
     store: TipMemory | None,
     task: str,
-    variation: int,
     temperature: float,
     embedder: Embedder | None,
     novelty: NoveltyReward | None,
@@ -322,7 +321,7 @@ def _advance(
     """One lock-step: prompt every running episode, sample once for all, execute, record."""
     messages = [prompts.first_user_message(ep.env.name, ep.obs, ep.fewshot) if not ep.steps
                 else prompts.step_user_message(ep.obs, ep.env.name) for ep in running]  # fmt: skip
-    tips, skipped = retrieve_tips(store, running, messages, task, variation, timings)
+    tips, skipped = retrieve_tips(store, running, messages, task, timings)
     requests = [
         ActionRequest(key=ep.key, turns=(*ep.turns, user_turn(user, t, ep.prompt_style, ep.obs.valid_actions)))
         for ep, user, t in zip(running, messages, tips)

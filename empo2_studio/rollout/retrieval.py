@@ -43,12 +43,12 @@ def is_structured(store: Any) -> bool:
 
 
 def retrieve_tips(
-    store: TipMemory | None, running: list[Any], messages: list[str], task: str, variation: int, timings: Any
+    store: TipMemory | None, running: list[Any], messages: list[str], task: str, timings: Any
 ) -> tuple[list[list[RetrievedTip]], list[list[SkippedTip]]]:
     """Tips for every running episode's next prompt, and the nearest ones not shown with the reason:
-    none for naive episodes; the memory episodes' queries embedded in one batch (module docstring).
-    `running` holds the rollout's live episodes (`pairs`, `obs`, `env`, `prompt_style`, `steps`, and
-    `place` / `held` for a structured store). Recorded tips carry the shown text, so every rebuild
+    none for naive episodes; the memory episodes' queries embedded in one batch per variation (module
+    docstring). `running` holds the rollout's live episodes (`variation`, `pairs`, `obs`, `env`,
+    `prompt_style`, `steps`, and `place` / `held` for a structured store). Recorded tips carry the shown text, so every rebuild
     sees what was sampled."""
     found: list[list[RetrievedTip]] = [[] for _ in running]
     skipped: list[list[SkippedTip]] = [[] for _ in running]
@@ -67,11 +67,12 @@ def retrieve_tips(
             ep.place = place
     else:
         ask, places = wanted, None
-    if ask:
-        queries = [cap(prompts.conversation_text([*running[i].pairs, (messages[i], "")])) for i in ask]
-        where = {} if places is None else {"places": places}
-        for i, got in zip(ask, store.retrieve_explained(task, variation, queries, **where)):
-            running[i].held = got
+    for variation in dict.fromkeys(running[i].variation for i in ask):  # a store searches one variation at a time
+        mine = [k for k, i in enumerate(ask) if running[i].variation == variation]
+        queries = [cap(prompts.conversation_text([*running[ask[k]].pairs, (messages[ask[k]], "")])) for k in mine]
+        where = {} if places is None else {"places": [places[k] for k in mine]}
+        for k, got in zip(mine, store.retrieve_explained(task, variation, queries, **where)):
+            running[ask[k]].held = got
     for i in wanted:
         tips, miss = running[i].held
         found[i], skipped[i] = list(tips), list(miss)

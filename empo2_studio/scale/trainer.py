@@ -36,7 +36,7 @@ import torch
 
 from empo2_studio.config import RunConfig
 from empo2_studio.rollout import Timings, seed_policy
-from empo2_studio.rollout.episodes import key_text
+from empo2_studio.rollout.tip_writing import key_text
 from empo2_studio.scale.sync import GradSync
 from empo2_studio.trainer import STATE_FILE, Trainer
 from empo2_studio.types import IterationReport, UpdateMode
