@@ -24,6 +24,8 @@ Run:  PYTHONPATH=. .venv/bin/python benchmarks/bench_learning.py            (def
       ... --skip-flat-groups                                                 (both arms: no update on novelty alone)
       ... --task trap-light-bulb-fixed --eval-every 10                       (the fixed family; evaluate every 10)
       ... --decoding action --choice-norm word [--choice-pmi]                (whole-action choice, both arms)
+      ... --env scienceworld --task find-animal --step-limit 10 --eval-variations 10 --eval-repeats 2
+          --skip-scienceworld                                                (the race on ScienceWorld, issue 47 bar 3)
       ... --arms EMPO2 --threads 1 & ... --arms GRPO --threads 1; --merge DIR DIR  (two processes side by side)
       ... --result NAME                                                      (also benchmarks/results/NAME.json,
                                                                              rewritten every iteration; with --merge too)
@@ -45,12 +47,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch  # noqa: E402
 
 from empo2_studio.config import (  # noqa: E402
-    CHOICE_NORMS, DECODINGS, DEFAULT_WARM_START, EnvConfig, MemoryConfig, PolicyConfig, RolloutConfig, RunConfig, TrainConfig,
+    CHOICE_NORMS, DECODINGS, DEFAULT_WARM_START, WARM_START_DIR, EnvConfig, MemoryConfig, PolicyConfig, RolloutConfig, RunConfig, TrainConfig,
 )
 from empo2_studio.memory import make_embedder  # noqa: E402
 from empo2_studio.policy import load_policy  # noqa: E402
 from empo2_studio.race import ARMS, race_verdict, reads_tips  # noqa: E402
-from empo2_studio.sessions import Session, default_sessions_root, fresh_dir  # noqa: E402
+from empo2_studio.sessions import Session, auto_warm_start, default_sessions_root, fresh_dir  # noqa: E402
 from empo2_studio.trainer import Trainer  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -62,7 +64,7 @@ def trap_config(arm: str, seed: int, args: argparse.Namespace) -> RunConfig:
     base = RunConfig(
         run_id=f"{arm.lower()}-seed{seed}",
         seed=seed,
-        env=EnvConfig(name="trap", task=args.task, variations=tuple(args.variations), step_limit=args.step_limit),
+        env=EnvConfig(name=args.env, task=args.task, variations=tuple(args.variations), step_limit=args.step_limit),
         memory=MemoryConfig(embedder="minilm"),
         policy=policy_config(args),
         rollout=RolloutConfig(group_size=args.group_size, variations_per_iteration=args.variations_per_iteration),
@@ -84,9 +86,11 @@ def trap_config(arm: str, seed: int, args: argparse.Namespace) -> RunConfig:
 
 
 def policy_config(args: argparse.Namespace) -> PolicyConfig:
-    """The embedded model's config with the benchmark's decoding (both arms, and the loaded policy)."""
+    """The embedded model's config with the benchmark's decoding (both arms, and the loaded policy);
+    warm start "auto" is the shipped adapter for `--env` (`sessions.auto_warm_start`)."""
+    warm = str(WARM_START_DIR / auto_warm_start(args.env)) if args.warm_start == "auto" else args.warm_start
     return PolicyConfig(decoding=args.decoding, choice_norm=args.choice_norm, choice_pmi=args.choice_pmi,
-                        warm_start=args.warm_start)
+                        warm_start=warm)
 
 
 PHASES = ("sampling", "env", "scoring", "backward", "memory")
@@ -285,6 +289,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--iterations", type=int, default=5)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     ap.add_argument("--group-size", type=int, default=4)
+    ap.add_argument("--env", default="trap", choices=("trap", "scienceworld"),
+                    help="the race's environment (scienceworld: e.g. --task find-animal --step-limit 10)")
     ap.add_argument("--task", default="trap-light-bulb")
     ap.add_argument("--variations", type=int, nargs="+", default=[0, 1, 2, 3, 4],
                     help="training variations (default: the paper's first 5 of the train split)")
@@ -337,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
     report = [f"# bench_learning ({time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} CPU cores, torch {torch.__version__})", ""]
     if not args.skip_trap:
         print(f"trap: {args.iterations} iterations × seeds {args.seeds} × arms {args.arms}, group {args.group_size}")
-        heading = (f"## Trap env ({args.task}, variations {args.variations}, {args.variations_per_iteration} "
+        heading = (f"## {'Trap env' if args.env == 'trap' else 'ScienceWorld'} ({args.task}, variations {args.variations}, {args.variations_per_iteration} "
                    f"group(s) of {args.group_size} per iteration, "
                    f"step limit {args.step_limit}, lr {args.lr}, seeds {args.seeds}"
                    + (f", EMPO² p {args.p_memory}" if args.p_memory is not None else "")

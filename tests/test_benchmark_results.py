@@ -9,6 +9,7 @@ them) and do not fail yet. The rule, for a number written with d decimals, is in
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import json
 import re
@@ -18,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from empo2_studio.config import DEFAULT_WARM_START, WARM_START_DIR
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs" / "benchmarks"
@@ -221,3 +224,16 @@ def test_merged_learning_runs_leave_one_result(tmp_path, monkeypatch):
     assert data["seconds"] == 60.0 and data["seeds"] == [0]
     assert data["results"]["trap"]["GRPO"]["0"]["success_rate"] == [0.0, 0.5]
     assert data["results"]["trap"]["EMPO2"]["0"]["eval"]["eval/success_rate"] == 0.25
+
+
+def test_the_learning_race_on_scienceworld_starts_from_the_scienceworld_adapter():
+    spec = importlib.util.spec_from_file_location("bench_learning_env", ROOT / "benchmarks" / "bench_learning.py")
+    bench = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = bench
+    spec.loader.exec_module(bench)
+    bench_args = argparse.Namespace(env="scienceworld", warm_start="auto", decoding="constrained", choice_norm="word",
+                                    choice_pmi=False)  # fmt: skip
+    assert bench.policy_config(bench_args).warm_start == str(WARM_START_DIR / "smollm2-135m-instruct-scienceworld")
+    assert bench.policy_config(argparse.Namespace(**{**vars(bench_args), "env": "trap"})).warm_start == str(
+        WARM_START_DIR / DEFAULT_WARM_START)
+    assert bench.policy_config(argparse.Namespace(**{**vars(bench_args), "warm_start": "none"})).warm_start == "none"
