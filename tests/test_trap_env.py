@@ -19,12 +19,13 @@ def play(env, task, variation, actions):
     return [env.step(a) for a in actions]
 
 
-def test_six_tasks_in_two_families_and_disjoint_splits(env):
+def test_seven_tasks_in_three_families_and_disjoint_splits(env):
     assert env.task_names() == (
         "trap-light-bulb", "trap-find-animal", "trap-water-plant",
         "trap-light-bulb-fixed", "trap-find-animal-fixed", "trap-water-plant-fixed",
+        "trap-fetch-two",
     )
-    assert [env.family(t) for t in env.task_names()] == ["search"] * 3 + ["fixed"] * 3
+    assert [env.family(t) for t in env.task_names()] == ["search"] * 3 + ["fixed"] * 3 + ["chain"]
     for task in env.task_names():
         train, dev, test = (set(env.variations(task, s)) for s in ("train", "dev", "test"))
         assert (len(train), len(dev), len(test)) == (24, 12, 12)

@@ -20,7 +20,9 @@ Two families of these tasks (the world and its layouts: `envs.trap_world`): the 
 target in any side room, so test layouts put it where training never did; the *fixed* family
 (`trap-light-bulb-fixed`, `trap-find-animal-fixed`, `trap-water-plant-fixed`) keeps it in one room per
 task, as the paper's ScienceWorld variations keep their parts in one place, and varies which target,
-which decoys and where they stand. A family is chosen by the task name (`--env.task`).
+which decoys and where they stand. A family is chosen by the task name (`--env.task`). The *chain*
+family's `trap-fetch-two` fetches a battery and a light bulb from two rooms before turning on a lamp in
+a third (its own rules and scores: `envs.trap_chain`).
 
 Variations: per task 48 distinct layouts, shuffled once with a fixed seed; indices 0–23 are train,
 24–35 dev, 36–47 test (disjoint).
@@ -34,6 +36,8 @@ from dataclasses import dataclass, field
 from empo2_studio.envs.actions import correct_action
 from empo2_studio.envs.places import TRAP_PLACES, place_in
 from empo2_studio.envs.room_notes import episode_record, record_line
+from empo2_studio.envs.trap_chain import KIND as CHAIN
+from empo2_studio.envs.trap_chain import chain_actions, chain_execute, chain_gold_path, chain_score, chain_where
 from empo2_studio.envs.trap_world import (
     CAN,
     DOORS,
@@ -78,7 +82,7 @@ class _State:
 class TrapEnv:
     """The exploration trap behind the `TextEnv` protocol (see the module docstring for the rules).
 
-    `step_limit` overrides every task's own limit (12, 12, 15) when given.
+    `step_limit` overrides every task's own limit (12, 12, 15; trap-fetch-two 20) when given.
     """
 
     name = "trap"
@@ -132,13 +136,17 @@ class TrapEnv:
         return self._layouts[task][variation]
 
     def task_description(self, task: str, variation: int) -> str:
-        return TASKS[task].description.format(t=self.layout(task, variation).target)
+        spec, target = TASKS[task], self.layout(task, variation).target
+        return spec.description.format(t=target, a=next(a for a in spec.attrs if spec.noun.format(a) == target))
 
     # ---- scripted paths ----------------------------------------------------------------------
     def gold_path(self, task: str, variation: int) -> list[str]:
-        """Shortest winning action sequence for `task` at `variation` (score 100)."""
+        """Shortest winning action sequence for `task` at `variation` (score 100; trap-fetch-two: in its
+        description's order, `trap_chain.chain_gold_path`)."""
         lay = self.layout(task, variation)
         spec = TASKS[task]
+        if spec.kind == CHAIN:
+            return chain_gold_path(lay)
         actions, room = [], START_ROOM
         if spec.kind == "water-plant":
             can_room = lay.objects[CAN]
@@ -171,6 +179,8 @@ class TrapEnv:
         where = f"The {lay.target} is in the {lay.target_room}"
         if TASKS[task].kind == "water-plant":
             where = f"The {CAN} is in the {lay.objects[CAN]} and the {lay.target} is in the {lay.target_room}"
+        if TASKS[task].kind == CHAIN:
+            where = chain_where(lay)
         return f"{where}: " + ", then ".join(self.gold_path(task, variation)) + "."
 
     def focus_first_path(self, task: str, variation: int) -> list[str]:
@@ -257,6 +267,8 @@ class TrapEnv:
         if st.failed:
             return -100.0
         lay, kind = st.layout, TASKS[st.layout.task].kind
+        if kind == CHAIN:
+            return chain_score(lay, st.inventory, st.focused, st.on)
         focused = st.focused == lay.target
         if kind == "light-bulb":
             finished = lay.target in st.on
@@ -279,6 +291,8 @@ class TrapEnv:
         assert st is not None
         kind = TASKS[st.layout.task].kind
         acts = {"look around"} | {f"go to {r}" for r in DOORS[st.room]}
+        if kind == CHAIN:
+            acts |= chain_actions(self._here())
         for obj in self._here() + st.inventory:
             acts.add(f"focus on {obj}")
         for obj in self._here():
@@ -307,6 +321,8 @@ class TrapEnv:
         assert st is not None
         if action == "look around":
             return self._describe_room()
+        if TASKS[st.layout.task].kind == CHAIN and (text := chain_execute(st, action)) is not None:
+            return text
         if action.startswith("go to "):
             st.room = action.removeprefix("go to ")
             st.visited_target_room |= st.room == st.layout.target_room

@@ -16,6 +16,11 @@ dev 24–35, test 36–47 (`SPLIT_START`):
   on the object the task names", not a room per layout. No fixed layout repeats a search layout, so the
   shipped warm start (trained on search dev layouts, scripts/make_warmstart.py) never saw one.
 
+- **chain** (`trap-fetch-two`): a long-horizon task (issue 49 item 4): fetch a battery from one side room
+  and a light bulb from a second, then turn on the lamp in a third. A layout draws the three rooms (24
+  ordered triples of distinct side rooms) × where a light bulb of another colour stands (beside the lamp
+  or in the fourth side room) = 48, and its colours; the task's own rules live in `envs.trap_chain`.
+
 Scores are on ScienceWorld's −100…100 scale; the rules live in `envs.trap.TrapEnv`.
 """
 
@@ -45,7 +50,9 @@ FURNITURE = {
     "bedroom": "bed",
 }
 CAN = "watering can"
-FAMILIES = ("search", "fixed")
+BATTERY = "battery"
+"""The chain family's first part to fetch (`envs.trap_chain`)."""
+FAMILIES = ("search", "fixed", "chain")
 
 N_PER_SPLIT = {"train": 24, "dev": 12, "test": 12}
 SPLIT_START = {"train": 0, "dev": 24, "test": 36}
@@ -57,7 +64,8 @@ class TaskSpec:
     kind: str
     """"light-bulb", "find-animal" or "water-plant": which rules apply (`TrapEnv`)."""
     family: str
-    """"search" (the target's room varies) or "fixed" (it never does); see the module docstring."""
+    """"search" (the target's room varies), "fixed" (it never does) or "chain" (three rooms in order);
+    see the module docstring."""
     attrs: tuple[str, ...]
     """The values a variation's target is drawn from (colours or animals): 4 (search) or 6 (fixed)."""
     noun: str
@@ -65,6 +73,7 @@ class TaskSpec:
     verb: str
     """The finishing action ("turn on", "pick up", "water")."""
     description: str
+    """The task text: "{t}" is the target's name, "{a}" its attribute (colour or animal)."""
     step_limit: int
     target_room: str | None = None
     """fixed family: the room every layout hides the target in (None: search, drawn per layout)."""
@@ -104,11 +113,20 @@ def _spec(kind: str, family: str) -> TaskSpec:
 
 
 TASKS: dict[str, TaskSpec] = {
-    f"trap-{kind}" + ("" if family == "search" else "-fixed"): _spec(kind, family)
-    for family in FAMILIES
-    for kind in _KINDS
+    **{f"trap-{kind}" + ("" if family == "search" else "-fixed"): _spec(kind, family)
+       for family in ("search", "fixed")
+       for kind in _KINDS},
+    "trap-fetch-two": TaskSpec(
+        kind="fetch-two", family="chain", attrs=("red", "blue", "green", "yellow"), noun="{} lamp",
+        verb="turn on", step_limit=20,
+        description=(
+            "Your task is to turn on the {t}. First, pick up the battery and the {a} light bulb. "
+            "Then, focus on the {t}. Then, turn it on."
+        ),
+    ),
 }
-"""Every trap task by name: the search family first (the env's default task is its light bulb)."""
+"""Every trap task by name: the search family first (the env's default task is its light bulb), then the
+fixed family, then the chain family's `trap-fetch-two` (step limit 20: its gold path is 8–9 actions)."""
 
 
 @dataclass(frozen=True)
@@ -126,6 +144,10 @@ def layouts(task: str) -> tuple[Layout, ...]:
     """The 48 layouts of `task` in variation order (a fixed shuffle: the same on every machine).
     Computed once per process; treat the layouts' `objects` as read only."""
     spec = TASKS[task]
+    if spec.family == "chain":
+        triples = list(itertools.product(itertools.permutations(range(4), 3), range(2)))
+        random.Random(f"trap:{task}").shuffle(triples)
+        return tuple(_chain_layout(task, spec, rooms, variant) for rooms, variant in triples)
     if spec.family == "search":
         combos = list(itertools.product(range(4), range(4), range(3)))
         # A fixed string seed: the same order on every machine and Python version.
@@ -188,6 +210,29 @@ def _fixed_layout(task: str, spec: TaskSpec, attr_i: int, arrangement: int, seen
         lay = Layout(task, target, room, objects)
         if _key(lay) not in seen:
             return lay
+
+
+def bulb_of(lamp: str) -> str:
+    """The light bulb that fits `lamp` (chain family: "red lamp" → "red light bulb")."""
+    return lamp.removesuffix("lamp") + "light bulb"
+
+
+def _chain_layout(task: str, spec: TaskSpec, rooms: tuple[int, ...], variant: int) -> Layout:
+    """`rooms`: the side rooms (indices) of the battery, the bulb and the lamp; `variant` 0 puts a light
+    bulb of another colour beside the lamp, 1 in the fourth side room. The colours (target, the two
+    hallway lamps of the focus-first trap, the decoy bulb) are drawn by a generator seeded per layout."""
+    battery_room, bulb_room, lamp_room = (SIDE_ROOMS[i] for i in rooms)
+    fourth = next(r for i, r in enumerate(SIDE_ROOMS) if i not in rooms)
+    colours = list(spec.attrs)
+    random.Random(f"trap:{task}:{''.join(map(str, rooms))}:{variant}").shuffle(colours)
+    target = spec.noun.format(colours[0])
+    objects = {FURNITURE[r]: r for r in DOORS}
+    objects.update({spec.noun.format(c): START_ROOM for c in colours[1:3]})
+    objects[BATTERY] = battery_room
+    objects[bulb_of(target)] = bulb_room
+    objects[bulb_of(spec.noun.format(colours[3]))] = lamp_room if variant == 0 else fourth
+    objects[target] = lamp_room
+    return Layout(task, target, lamp_room, objects)
 
 
 def route(start: str, goal: str) -> list[str]:
