@@ -103,27 +103,23 @@ class PolicyConfig:
     """Module names to adapt; empty = the attention and MLP projections of the architecture."""
     lora_layers: int | None = None
     """LoRA on the last N transformer layers only (autograd then stops there: the backward pass and
-    its stored activations cover N layers, not all); None = the layout of the adapter the run starts
-    from (`adapter` or the warm start, which adapts the embedded model's last 12 of 30), else every layer."""
+    its stored activations cover N layers, not all); None = the layout of the adapter the run starts from (`adapter` or the warm start, which adapts the embedded model's last 12 of 30), else every layer."""
     gradient_checkpointing: bool = True
     """Recompute the adapted layers in the backward pass instead of keeping their activations
-    (`lora.checkpoint_adapted_layers`). Embedded model, trap, group 8 (bench_lesson part speed):
-    peak RSS of an on-policy iteration 2.38 → 1.94 GB at the same 20 s, with-tips 5.42 → 3.40 GB
+    (`lora.checkpoint_adapted_layers`). Embedded model, trap, group 8 (bench_lesson part speed): peak RSS of an on-policy iteration 2.38 → 1.94 GB at the same 20 s, with-tips 5.42 → 3.40 GB
     for +5 % time."""
     max_action_tokens: int = 32
     """Max new tokens per action (paper: 32)."""
     max_tip_tokens: int | None = None
     """Max new tokens when the policy writes a tip (paper: 512; tips are one line under 100 words).
-    None = 24 for the embedded model (its own sentence is a dozen tokens of filler or less; the record line
-    of a tip is added outside the model, see `envs.room_notes.record_line`), 96 for any other."""
+    None = 24 for the embedded model (its own sentence is a dozen tokens of filler or less; the record line of a tip is added outside the model, see `envs.room_notes.record_line`), 96 for any other."""
     device: Device = "auto"
     """"auto" (CUDA when available, else CPU), "cpu" or "cuda"."""
     adapter: str | None = None
     """Path of a PEFT adapter directory to start from (None = fresh LoRA, or the warm start)."""
     warm_start: str = "auto"
     """The LoRA adapter every run starts from when `adapter` is None: "auto" = the warm start shipped for the
-    embedded model (`DEFAULT_WARM_START`; a session's config.json stores that folder) and none for other
-    models; "none" = a fresh (zero) LoRA; or a PEFT adapter directory."""
+    embedded model (`DEFAULT_WARM_START`; a session's config.json stores that folder) and none for other models; "none" = a fresh (zero) LoRA; or a PEFT adapter directory."""
 
 
 @dataclass(frozen=True)
@@ -146,6 +142,8 @@ class MemoryConfig:
     """A tip follows the whole episode (§2) or joins one note per observation; auto: as the writer was trained."""
     structure: MemoryStructure = "flat"
     """flat: one list per variation, best score first (paper §2); structured: groups by place, ranked by similarity and used/helped counts; groups, flat-counts, structured-random: its ablations (docs/memory-structure.md)."""
+    tip_token_budget: int = 0
+    """Tokens of tips one prompt may show, cut in rank order (`prompts.budget_cut`; tokens counted by `prompts.tip_tokens`); 0: no budget."""
 
 
 @dataclass(frozen=True)
@@ -296,8 +294,10 @@ class RunConfig:
         for name, valid in (("embedder", EMBEDDER_NAMES), ("note_context", NOTE_CONTEXTS), ("structure", MEMORY_STRUCTURES)):
             _choice(f"memory.{name}", getattr(m, name), valid)
         _between("memory.similarity_threshold", m.similarity_threshold, -1.0, 1.0)
-        _positive("memory.top_k", m.top_k)
-        _positive("memory.max_tips_per_partition", m.max_tips_per_partition)
+        for name in ("top_k", "max_tips_per_partition"):
+            _positive(f"memory.{name}", getattr(m, name))
+        if isinstance(m.tip_token_budget, bool) or not isinstance(m.tip_token_budget, int) or m.tip_token_budget < 0:
+            raise ValueError(f"memory.tip_token_budget must be an integer ≥ 0 (0: no budget), got {m.tip_token_budget!r}")
         if m.note_writer not in (None, "auto", "none") and not os.path.isfile(os.path.join(m.note_writer, "adapter_config.json")):
             raise ValueError(f"memory.note_writer {m.note_writer!r} is not a PEFT adapter directory (no adapter_config.json)")
         r = self.rollout

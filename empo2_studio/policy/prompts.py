@@ -165,6 +165,51 @@ def _first_notes(tips: Sequence[RetrievedTip], n: int) -> tuple[list[RetrievedTi
     return shown, cut
 
 
+TOKEN_PIECE = re.compile(r"\w+|[^\w\s]")
+"""A word or one punctuation mark: the unit of `tip_tokens`."""
+
+
+def tip_tokens(text: str) -> int:
+    """The tokens `text` costs a prompt, by proxy: its words and punctuation marks (`TOKEN_PIECE`).
+
+    No tokenizer is at hand where tips are chosen (`rollout.retrieval`), and the budget must count the
+    same in every arm. On the trap's notes the proxy is within one token of the SmolLM2 tokenizer's count
+    (20/19, 23/23, 26/27, 20/20 on four notes, 2026-12-06); benchmarks/bench_memory_structure.py records
+    the ratio over every note it shows.
+
+    >>> tip_tokens("The red light bulb is in the workshop.")  # 8 words and the full stop
+    9
+    """
+    return len(TOKEN_PIECE.findall(text))
+
+
+def budget_cut(tips: Sequence[RetrievedTip], budget: int, style: str) -> tuple[list[RetrievedTip], list[RetrievedTip]]:
+    """Split tips (in rank order) into those shown within `budget` tokens and the rest (`memory.tip_token_budget`).
+
+    A tip costs what it adds to the prompt: "compact" shows each distinct note once (`tips_block`), so an
+    entry whose note is already shown costs 0 and a new note costs `tip_tokens(note)`; "paper" shows every
+    entry, which costs `tip_tokens(entry)`. The first tip that would take the total over `budget` is cut,
+    and so is every tip after it (rank order is kept: a short lower-ranked tip never jumps a long
+    better one). `budget` 0 means no budget: nothing is cut.
+
+    >>> a, b = RetrievedTip("a", "x y z", 0.0, 1.0), RetrievedTip("b", "u v", 0.0, 0.9)
+    >>> [[t.tip_id for t in part] for part in budget_cut([a, b], 4, "paper")]
+    [['a'], ['b']]
+    """
+    if budget == 0:
+        return list(tips), []
+    seen: set[str] = set()
+    used = 0
+    for k, t in enumerate(tips):
+        text = note_text(t.text) if style == "compact" else t.text
+        cost = 0 if style == "compact" and text in seen else tip_tokens(text)
+        if used + cost > budget:
+            return list(tips[:k]), list(tips[k:])
+        used += cost
+        seen.add(text)
+    return list(tips), []
+
+
 PLAN_SEPARATOR = ", then "
 """How a note's plan joins its steps: curated tips (`TrapEnv.curated_tip`) and record lines
 (`envs.room_notes.record_line`) both write "…: go to kitchen, then focus on X, then turn on X"."""

@@ -9,7 +9,9 @@ naming no place keeps the place it had), with that place; the steps between show
 entering, so the notes of one room stay put while the agent acts in it.
 
 Both: compact prompts show the first distinct notes only and plans from their first unplayed step
-(`prompts.compact_notes_cut`, `prompts.with_plan_progress`), applied at every step.
+(`prompts.compact_notes_cut`, `prompts.with_plan_progress`), applied at every step; then, with
+`memory.tip_token_budget` > 0, the tips are cut in rank order to that many tokens (`prompts.budget_cut`),
+so every memory (every experiment arm) shows at most the same number of tip tokens.
 """
 
 from __future__ import annotations
@@ -73,6 +75,7 @@ def retrieve_tips(
         where = {} if places is None else {"places": [places[k] for k in mine]}
         for k, got in zip(mine, store.retrieve_explained(task, variation, queries, **where)):
             running[ask[k]].held = got
+    budget = getattr(getattr(store, "cfg", None), "tip_token_budget", 0)  # a test's fake store has no config
     for i in wanted:
         tips, miss = running[i].held
         found[i], skipped[i] = list(tips), list(miss)
@@ -81,5 +84,9 @@ def retrieve_tips(
             why = [prompts.compact_cut_reason(found[i], t) for t in cut]
             skipped[i] = [SkippedTip(t.tip_id, t.text, t.score, t.similarity, w) for t, w in zip(cut, why)] + skipped[i]
             found[i] = [prompts.with_plan_progress(t, [a for _, a in running[i].pairs]) for t in found[i]]
+        if budget:
+            found[i], over = prompts.budget_cut(found[i], budget, running[i].prompt_style)
+            why = f"over the tip token budget ({budget} tokens, memory.tip_token_budget)"
+            skipped[i] = [SkippedTip(t.tip_id, t.text, t.score, t.similarity, why) for t in over] + skipped[i]
     timings.add("memory", t0)
     return found, skipped
