@@ -727,7 +727,8 @@ def main(argv: list[str] | None = None) -> int:
            + ("the --init adapter as loaded" if args.anchor_ref == "init" else "the base model")
            + (", in every batch" if args.anchor_spread else "") + ")")
         + (f"; fine-tuned from {args.init} (--init)" if args.init else ""),
-        "envs": ["trap"], "recipe": args.recipe, "splits": args.splits, "template_share": args.template, "reflect": args.reflect,
+        "envs": ["trap"], "tasks": sorted({t for t, _ in layouts}),  # read by tests/test_warm_start.py (unseen adaptation tasks)
+        "recipe": args.recipe, "splits": args.splits, "template_share": args.template, "reflect": args.reflect,
         "reflect_only": args.reflect_only, "pass_by": args.pass_by, "answer_form": args.answer_form,
         "room_questions": args.room_questions, "verdict_weight": args.verdict_weight, "context": args.context,
         "last_layers": args.last_layers, "anchor_weight": args.anchor_weight, "anchor_spread": args.anchor_spread, "anchor_ref": args.anchor_ref, "focus_weight": args.focus_weight, "plan_share": args.plan_share, "can_weight": args.can_weight, "plant_per_layout": args.plant_per_layout, "focus_first": args.focus_first, "observed": args.observed, "return_trips": return_trips, "stay_trips": stay_trips, "return_weight": args.return_weight, "negation": args.negation, "distract": args.distract, "init": str(args.init) if args.init else None, "epochs": args.epochs, "per_layout": args.per_layout, "batch": args.batch, "lr": args.lr, "seed": args.seed,

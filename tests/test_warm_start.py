@@ -115,9 +115,10 @@ def test_the_learning_benchmark_starts_both_arms_from_the_warm_start_it_is_given
     sys.modules[spec.name] = mod
     spec.loader.exec_module(mod)
     other = WARM_START_DIR / f"{EMBEDDED_MODEL}-scienceworld"  # not the default: the option must carry it through
-    args = argparse.Namespace(decoding="constrained", choice_norm="word", choice_pmi=False, warm_start=str(other))
+    args = argparse.Namespace(decoding="constrained", choice_norm="word", choice_pmi=False, warm_start=str(other), env="trap")
     assert warm_start_dir(mod.policy_config(args)) == other
-    assert mod.policy_config(argparse.Namespace(**{**vars(args), "warm_start": "auto"})) == PolicyConfig()
+    auto = mod.policy_config(argparse.Namespace(**{**vars(args), "warm_start": "auto"}))  # "auto": the env's shipped one
+    assert warm_start_dir(auto) == warm_start_dir(PolicyConfig()) == WARM_START_DIR / DEFAULT_WARM_START
 
 
 def test_no_shipped_adapter_saw_a_held_out_scienceworld_task():
@@ -148,3 +149,26 @@ def test_the_scienceworld_warm_start_script_refuses_a_held_out_task_by_name(caps
     with pytest.raises(SystemExit):
         main(["--tasks", "power-componnet"])
     assert "unknown ScienceWorld task(s) power-componnet" in capsys.readouterr().err
+
+
+def test_no_shipped_adapter_saw_a_task_the_adaptation_benchmark_adapts_on():
+    """Issue 48 (1): adaptation is measured on trap tasks absent from every shipped adapter's data. Each
+    trap adapter's warmstart.json names the tasks it trained on (`tasks`, written by make_warmstart.py:
+    the search family; the fixed and chain families never enter it), and bench_lesson.py adapts by
+    default on tasks outside all of them."""
+    import importlib.util
+
+    from empo2_studio.envs.trap_world import TASKS
+
+    spec = importlib.util.spec_from_file_location("bench_lesson_defaults", WARM_START_DIR.parents[1] / "benchmarks" / "bench_lesson.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    defaults = bench.ADAPT_TASKS
+    assert defaults and all(task in TASKS for task in defaults)
+    for name in shipped_adapters():
+        meta = json.loads((WARM_START_DIR / name / "warmstart.json").read_text())
+        if "trap" not in meta["envs"]:
+            continue
+        seen = set(meta["tasks"])  # a list of names, or ScienceWorld's {task: variations}
+        assert seen, f"{name}/warmstart.json names no task it trained on"
+        assert not seen & set(defaults), f"{name} trained on {sorted(seen & set(defaults))}, which the adaptation benchmark adapts on"
