@@ -360,12 +360,12 @@ def main(argv: list[str] | None = None) -> int:
             trap_figure(results, args.seeds, root / "learning.html")
             table = trap_table(results, args.iterations, args.seeds)
             (root / "learning.md").write_text("\n".join([*report, heading, "", table, ""]))
-            write_result(args.result, __file__, argv, started, args.seeds, {"trap": per_seed(results)},
+            write_result(args.result, __file__, argv, started, args.seeds, {args.env: per_seed(results)},
                          report="\n".join([heading, "", table]), warm_start=args.warm_start)  # fmt: skip
 
         results = run_trap(args, root, embedder, policy, save)
         report += [heading, "", trap_table(results, args.iterations, args.seeds), ""]
-    data = {} if args.skip_trap else {"trap": per_seed(results)}
+    data = {} if args.skip_trap else {args.env: per_seed(results)}
     if not args.skip_scienceworld:
         sw_text, data["scienceworld"] = run_scienceworld(args, root, embedder, policy)
         report += ["## ScienceWorld short run", "", sw_text, ""]
