@@ -108,9 +108,13 @@ def _row(i, text="old", score=100.0, used=0, helped=0, created_at=1.0, retired=F
     (0.3, 50.0, _row("a", text="same"), ("merge", "a", "")),                       # exact text: merged
     (0.96, 50.0, _row("a"), ("merge", "a", "")),                                   # near duplicate, same outcome
     (0.94, 50.0, _row("a"), ("add", "", "")),                                      # below 0.95: a new tip
-    (0.85, -100.0, _row("a", used=2, helped=2), ("contradiction", "a", "old")),    # old 3/4 beats new 1/2
-    (0.85, -100.0, _row("a", used=2, helped=0), ("contradiction", "a", "new")),    # old 1/4 loses to 1/2
-    (0.85, 0.0, _row("a"), ("contradiction", "a", "new")),                         # 1/2 vs 1/2: the newer wins
+    # records count the source episode as a first reading: (helped + won + 1) / (used + 3); a new failed tip 1/3
+    (0.85, -100.0, _row("a", used=2, helped=2), ("contradiction", "a", "old")),    # old won 4/5 beats 1/3
+    (0.85, -100.0, _row("a", used=2, helped=0), ("contradiction", "a", "old")),    # old won 2/5 beats 1/3
+    (0.85, -100.0, _row("a", used=3, helped=0), ("contradiction", "a", "new")),    # 2/6 = 1/3: the newer wins
+    (0.85, -100.0, _row("a", used=5, helped=0), ("contradiction", "a", "new")),    # old won 2/8 loses to 1/3
+    (0.85, 0.0, _row("a"), ("contradiction", "a", "old")),                         # a miss 1/3 against a won 2/3
+    (0.85, 50.0, _row("a", score=-100.0), ("contradiction", "a", "new")),          # won 2/3 against a failed 1/3
     (0.79, -100.0, _row("a"), ("add", "", "")),                                    # below 0.80: no contradiction
     (0.99, -100.0, _row("a", retired=True), ("add", "", "")),                      # a retired tip is never matched
 ])  # fmt: skip
@@ -122,7 +126,7 @@ def test_placement(sim, new_score, old, expect):
 def test_evict_retires_the_worst_unpinned_records():
     rows = [_row("p", used=9, helped=0, pinned=True), _row("a", used=2, helped=0, created_at=1),
             _row("b", used=2, helped=0, created_at=2), _row("c", used=2, helped=2), _row("x", retired=True)]  # fmt: skip
-    assert st.evict(rows, 2) == ["a", "b"]  # rates: p 1/11 (pinned), a 1/4 older, b 1/4, c 3/4
+    assert st.evict(rows, 2) == ["a", "b"]  # records (source won): p 2/12 (pinned), a 2/5 older, b 2/5, c 4/5
     assert st.evict(rows, 4) == []
 
 
@@ -213,7 +217,7 @@ def test_duplicates_merge_with_counts_summed_and_text_kept(tmp_path):
         s.merge(a.tip_id, [s.add_tip(TASK, 0, "elsewhere", place="bedroom").tip_id])
 
 
-@pytest.mark.parametrize("old_counts, winner", [((2, 2), "old"), ((2, 0), "new")])
+@pytest.mark.parametrize("old_counts, winner", [((2, 2), "old"), ((2, 0), "old"), ((5, 0), "new")])
 def test_a_contradiction_keeps_the_better_record(tmp_path, old_counts, winner):
     emb = KeyedEmbedder({"the bulb is here": _unit(0), "the bulb is not here": _unit(0, 1, 0.9)})
     s = _store(tmp_path, emb)

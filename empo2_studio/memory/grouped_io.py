@@ -102,7 +102,8 @@ class GroupedCuration(TipStore):
         """Every group with tips (optionally of one task): what it is about, its tip counts, running
         mean and its `best` live tips by record, sorted by task, variation, place."""
         where = rec.where_clause(task=task)
-        rows = self._rows(where, ["id", "task", "variation", "place", "text", "used", "helped", "pinned", "retired", "created_at"])
+        rows = self._rows(where, ["id", "task", "variation", "place", "text", "score", "used", "helped", "pinned", "retired",
+                                 "created_at"])
         stats = {(g["task"], g["variation"], g["place"]): g for g in self._groups.search().limit(None).to_arrow().to_pylist()}
         by_group: dict[tuple[str, int, str], list[dict[str, Any]]] = {}
         for r in rows:

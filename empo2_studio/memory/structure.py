@@ -26,7 +26,8 @@ the cosine between the tip TEXTS' embeddings:
 - exact duplicate (same text) → merged into the existing tip;
 - near duplicate: text_sim ≥ `near_duplicate` (0.95) and the same outcome → merged;
 - contradiction: text_sim ≥ `contradiction` (0.80) and the opposite outcome (outcome: the source episode
-  scored > 0, or not) → the better record (`record`) stays, the other is retired; ties go to the newer tip;
+  scored > 0, or not) → the better record (`record`: the helped rate with the source episode counted as
+  the first reading) stays, the other is retired; ties go to the newer tip;
 - otherwise added.
 A teacher's tip (added by hand, or pinned) is never merged into or retired by these rules, and a new one
 is always added (the store refuses an exact duplicate). Merging sums `used` and `helped` into the kept tip and appends the merged tip's source episode to its
@@ -133,8 +134,20 @@ def outcome(score: float) -> int:
 
 
 def record(row: dict[str, Any]) -> tuple[float, float]:
-    """Sort key of a tip's record, larger is better: its helped rate, then recency (created_at)."""
-    return rate(int(row["used"]), int(row["helped"])), float(row["created_at"])
+    """Sort key of a tip's record, larger is better: its helped rate counting the tip's own source episode
+    as its first reading (helped when that episode scored above 0), then recency (created_at).
+
+    Why the source counts: a new tip has no readings, and with the Laplace rate alone every new tip
+    started at ½ and won a contradiction against any note from a won episode whose readers had not yet
+    beaten their group's mean: on trap-light-bulb, newer notes of failed episodes (text cosine 0.90–0.98
+    with the won ones) retired all 15 won notes of one seed (docs/notebook/2026-12-06-memory-structure-experiment.md)."""
+    return source_rate(int(row["used"]), int(row["helped"]), float(row["score"])), float(row["created_at"])
+
+
+def source_rate(used: int, helped: int, score: float) -> float:
+    """`rate` with the source episode as one more reading: (helped + won + 1) / (used + 3), won = score > 0.
+    A new tip: 2/3 from a won episode, 1/3 from a failed one."""
+    return rate(used + 1, helped + (outcome(score) > 0))
 
 
 def retrieval_order(rows: Sequence[dict[str, Any]], sims: Sequence[float], count_weight: float,
@@ -169,7 +182,7 @@ def placement(text: str, score: float, created_at: float, rows: Sequence[dict[st
         if same and sim >= rules.near_duplicate:
             return Placement("merge", rows[i]["id"], similarity=sim)
         if not same and sim >= rules.contradiction:
-            new = (rate(0, 0), created_at)
+            new = (source_rate(0, 0, score), created_at)
             winner = "new" if new >= record(rows[i]) else "old"  # a tie goes to the newer tip
             return Placement("contradiction", rows[i]["id"], winner, sim)
     return Placement("add")
