@@ -139,8 +139,9 @@ def record(row: dict[str, Any]) -> tuple[float, float]:
 
     Why the source counts: a new tip has no readings, and with the Laplace rate alone every new tip
     started at ½ and won a contradiction against any note from a won episode whose readers had not yet
-    beaten their group's mean: on trap-light-bulb, newer notes of failed episodes (text cosine 0.90–0.98
-    with the won ones) retired all 15 won notes of one seed (docs/notebook/2026-12-06-memory-structure-experiment.md)."""
+    beaten their group's mean: in the memory experiment, newer notes of failed episodes (text cosine
+    0.90–0.98 with the won ones) retired all 15 won notes of one seed
+    (docs/notebook/2026-12-06-memory-structure-experiment.md)."""
     return source_rate(int(row["used"]), int(row["helped"]), float(row["score"])), float(row["created_at"])
 
 
