@@ -118,11 +118,10 @@ def race_note(studio: Studio, run_id: str) -> str:
                 "target in rooms training never used, so a memory-free policy must search, a question the "
                 f"paper's tasks never ask. {copy}")  # fmt: skip
     if cfg.policy.model == EMBEDDED_MODEL:
-        measured = ("With the embedded 135M model a 4-iteration race on find-animal (one seed) ended at 0.00 against "
-                    "0.00 without memory, the two arms playing the same episodes: the memory is kept per variation, "
-                    "each iteration met a variation for the first time, and EMPO²'s memory rollouts read no tip. "
-                    "EMPO² can differ from GRPO only once a variation comes round again (docs/benchmarks/learning.md). "
-                    "An iteration took 1–3 minutes per arm on a 2-core CPU.")  # fmt: skip
+        measured = ("With the embedded 135M model races of 4 and 8 iterations on find-animal (one seed) ended at 0.00 "
+                    "against 0.00 without memory: the memory is kept per variation, EMPO²'s memory iterations drew "
+                    "variations no iteration had played yet and read no tip, so the arms differed only in their "
+                    "updates (docs/benchmarks/learning.md). An iteration took 1–3 minutes per arm on a 2-core CPU.")  # fmt: skip
     else:
         measured = (f"With `{cfg.policy.model}` nothing is measured here yet; an iteration takes minutes per arm on a CPU.")
     return f"**The open session is a {cfg.env.name} session** (`{run_id}`, task `{cfg.env.task}`). {measured} {copy}"
