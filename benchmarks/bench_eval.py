@@ -49,6 +49,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=2)
     add_result_option(ap)
     args = ap.parse_args(argv)
+    for name, value in (("--repeats", min(args.repeats)), ("--group-size", args.group_size), ("--rounds", args.rounds),
+                        ("--threads", args.threads)):  # fmt: skip
+        if value < 1:
+            ap.error(f"{name} must be ≥ 1, got {value}")
     torch.set_num_threads(args.threads)
     started = time.perf_counter()
     task, n_test, limit = SETUPS[args.env]
