@@ -1,9 +1,9 @@
 """Evaluation and out-of-distribution adaptation (paper §5 protocol and §6.1; method.md §1.4, §4).
 
-- `evaluate`: the test split (up to `eval_variations` variations, each played `eval_repeats` times;
-  the episodes are played in lock-step batches as wide as a training group, `rollout.group_size`, or
-  `eval_repeats` if larger, several layouts per batch), NO memory — tips are never retrieved nor written — at the eval temperature
-  (paper 0.4). Returns the mean score (−100 … 100) and success rate per task.
+- `evaluate`: the test split (up to `eval_variations` variations, each played `eval_repeats` times, in
+  lock-step batches as wide as a training group, `rollout.group_size`, or `eval_repeats` if larger),
+  NO memory — tips are never retrieved nor written — at the eval temperature (paper 0.4). Returns the
+  mean score (−100 … 100) and success rate per task.
 - `adapt`: weights frozen; trial 0 plays without memory, then `trials` trials play with memory on a task
   the policy was not trained on, each trial's episodes writing their tips into that task's partition
   before the next. Returns one row per trial. The paper does not say how many episodes a "step" has,

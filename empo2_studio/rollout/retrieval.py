@@ -50,8 +50,8 @@ def retrieve_tips(
     """Tips for every running episode's next prompt, and the nearest ones not shown with the reason:
     none for naive episodes; the memory episodes' queries embedded in one batch per variation (module
     docstring). `running` holds the rollout's live episodes (`variation`, `pairs`, `obs`, `env`,
-    `prompt_style`, `steps`, and `place` / `held` for a structured store). Recorded tips carry the shown text, so every rebuild
-    sees what was sampled."""
+    `prompt_style`, `steps`, and `place` / `held` for a structured store). Recorded tips carry the
+    shown text, so every rebuild sees what was sampled."""
     found: list[list[RetrievedTip]] = [[] for _ in running]
     skipped: list[list[SkippedTip]] = [[] for _ in running]
     wanted = [i for i, ep in enumerate(running) if ep.rollout_mode == "memory"]
