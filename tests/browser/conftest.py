@@ -47,6 +47,30 @@ def page(browser):
     context.close()
 
 
+def choose(page, elem_id: str, option: str, tries: int = 5) -> None:
+    """Choose `option` in the Gradio dropdown `elem_id` the way a user does: open it by its text box
+    (a click on the component's centre can land on its label), then click the option. A list that
+    does not open within 20 s (an update from a load event arriving just then closes it) is opened
+    again, up to `tries` times; the last try waits the page's default timeout."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    item = page.get_by_role("option", name=option, exact=True)
+    for attempt in range(tries):
+        page.locator(f"#{elem_id} input").click()
+        try:
+            item.wait_for(timeout=20_000 if attempt < tries - 1 else None)
+            break
+        except PlaywrightTimeout:  # close whatever opened, open it again
+            page.keyboard.press("Escape")
+    item.click()
+
+
+@pytest.fixture
+def pick():
+    """`choose`, for tests: pick(page, elem_id, option)."""
+    return choose
+
+
 @pytest.fixture
 def artifacts() -> Path:
     ARTIFACTS.mkdir(exist_ok=True)

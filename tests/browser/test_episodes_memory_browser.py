@@ -22,14 +22,9 @@ BULB_V0 = ("The green light bulb is in the kitchen: go to kitchen, then focus on
 ANIMAL_V0 = "The rabbit is in the kitchen: go to kitchen, then focus on rabbit, then pick up rabbit."
 
 
-def pick(page, elem_id: str, option: str) -> None:
-    """Choose `option` in the Gradio dropdown `elem_id` the way a user does: open it, click the option."""
-    page.locator(f"#{elem_id} input").click()
-    page.get_by_role("option", name=option, exact=True).click()
-
 
 @pytest.mark.timeout(300)
-def test_the_curated_tip_is_offered_stored_on_request_and_retrieved(page, served, artifacts):
+def test_the_curated_tip_is_offered_stored_on_request_and_retrieved(page, served, artifacts, pick):
     url, studio = served
     store = studio.store(studio.default_run_id)
     page.goto(url)

@@ -14,11 +14,10 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.scienceworld]
 
 
 @pytest.mark.timeout(600)
-def test_picking_find_animal_sets_its_lesson_and_fills_eight_tips(page, studio_url, artifacts):
+def test_picking_find_animal_sets_its_lesson_and_fills_eight_tips(page, studio_url, artifacts, pick):
     page.goto(studio_url)
     page.locator("#ls-tip-0 textarea").wait_for()
-    page.locator("#ls-task").click()
-    page.get_by_role("option", name="find-animal (ScienceWorld)").click()
+    pick(page, "ls-task", "find-animal (ScienceWorld)")
     # eight gold paths played on one simulator (about 30 s on a quiet CPU, a minute under load)
     page.wait_for_function("(document.querySelector('#ls-tip-7 textarea') || {}).value?.startsWith('Animals are never indoors')")
     assert page.locator("#ls-episodes input").input_value() == "2"

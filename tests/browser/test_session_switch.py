@@ -50,7 +50,7 @@ def test_the_page_opens_on_the_lesson_of_a_trap_session(page, served, artifacts)
     page.screenshot(path=str(artifacts / "first-screen.png"), full_page=False)
 
 
-def test_a_session_switch_renews_the_form_and_plays_that_sessions_env(page, served, artifacts):
+def test_a_session_switch_renews_the_form_and_plays_that_sessions_env(page, served, artifacts, pick):
     url, studio = served
     page.goto(url)
     page.get_by_role("tab", name="Episodes").click()
@@ -58,8 +58,7 @@ def test_a_session_switch_renews_the_form_and_plays_that_sessions_env(page, serv
     page.get_by_role("tab", name="Sessions").click()
     page.locator("#ses-refresh").click()
     page.locator("#ses-table").get_by_text(OTHER, exact=True).filter(visible=True).first.wait_for()
-    page.locator("#ses-pick input").click()
-    page.get_by_role("option", name=OTHER, exact=True).click()
+    pick(page, "ses-pick", OTHER)
     page.locator("#ses-open").click()
     page.locator("#session-banner").get_by_text(OTHER).wait_for()
 

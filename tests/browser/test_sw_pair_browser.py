@@ -42,13 +42,8 @@ def slow_page(page):
     return page
 
 
-def pick(page, elem_id: str, option: str) -> None:
-    """Choose `option` in the Gradio dropdown `elem_id` the way a user does: open it, click the option."""
-    page.locator(f"#{elem_id} input").click()
-    page.get_by_role("option", name=option, exact=True).click()
 
-
-def test_the_naive_side_falls_into_the_trap_and_the_memory_side_reads_the_tip_and_wins(slow_page, sw_studio, artifacts):
+def test_the_naive_side_falls_into_the_trap_and_the_memory_side_reads_the_tip_and_wins(slow_page, sw_studio, artifacts, pick):
     page, (url, studio) = slow_page, sw_studio
     run_id = studio.default_run_id
     assert studio.session(run_id).config.env.name == "scienceworld"

@@ -28,13 +28,9 @@ def served(tmp_path_factory, port, studio_cfg):
     studio.close()
 
 
-def pick(page, elem_id: str, option: str) -> None:
-    page.locator(f"#{elem_id} input").click()
-    page.get_by_role("option", name=option, exact=True).click()
-
 
 @pytest.mark.timeout(300)
-def test_the_groups_view_lists_groups_and_pins_and_adds_in_a_group(page, served, artifacts):
+def test_the_groups_view_lists_groups_and_pins_and_adds_in_a_group(page, served, artifacts, pick):
     url, studio = served
     page.goto(url)
     page.get_by_role("tab", name="Tips").click()
