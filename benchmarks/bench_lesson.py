@@ -55,6 +55,7 @@ from empo2_studio.envs.trap import TASKS, TrapEnv  # noqa: E402
 from empo2_studio.lesson import LessonSettings  # noqa: E402
 from empo2_studio.memory import TipStore, make_embedder  # noqa: E402
 from empo2_studio.policy import Turn, load_policy, prompts  # noqa: E402
+from empo2_studio.policy.loading import warm_start_dir  # noqa: E402
 from empo2_studio.policy.note_writer import load_note_writer  # noqa: E402
 from empo2_studio.rollout import play_group, seed_policy  # noqa: E402
 from empo2_studio.sessions import Session, default_sessions_root, fresh_dir  # noqa: E402
@@ -245,6 +246,8 @@ def part_distill(args, policy, embedder, root: Path, warm: list[torch.Tensor]) -
             rows.setdefault(key, []).append(val)
         print(f"  seed {seed}: naive train {tr_before:.2f} → {tr_after:.2f}, test {te_before:.2f} → {te_after:.2f}, "
               f"memory {mem_rate:.2f}, P(plan action | no tip) {p_before:.2f} → {p_after:.2f}", flush=True)  # fmt: skip
+        if args.save_adapter:
+            save_distilled(args, policy, seed, train_vs, measured)
         trainer.close()
     lines = [
         f"### Distill now: {task}, variations {train_vs}, {args.episodes} naive + {args.episodes} memory episodes "
@@ -260,6 +263,32 @@ def part_distill(args, policy, embedder, root: Path, warm: list[torch.Tensor]) -
         f"| memory success (the distilled episodes) | {spread(rows['mem'])} | |",
     ]
     return "\n".join(lines), rows
+
+
+def save_distilled(args, policy, seed: int, variations: list[int], measured: dict) -> Path:
+    """Write the distilled adapter of `seed` to `args.save_adapter`/seed<seed>, with a warmstart.json
+    naming what it saw: its --warm-start's tasks plus the distill task and variations, and the naive
+    success it measured (a start with a known naive base rate for the race, issue 48 item 3)."""
+    out = args.save_adapter / f"seed{seed}"
+    out.mkdir(parents=True, exist_ok=True)
+    policy.save_adapter(str(out))
+    init = warm_start_dir(dataclasses.replace(RunConfig().policy, warm_start=args.warm_start))
+    base = json.loads((init / "warmstart.json").read_text()) if init and (init / "warmstart.json").is_file() else {}
+    meta = {
+        "base_model": policy.base_model_name,
+        "init": str(init) if init else "none",
+        "tasks": sorted({*base.get("tasks", []), args.distill_task}),
+        "trained_on": f"{base.get('trained_on', 'the base model')}; then {args.distill_steps} Distill-now steps on "
+                      f"{args.distill_task} variations {variations} (the pre-filled tips, {args.episodes} memory "
+                      f"episodes each, lr {args.distill_lr})",
+        "distill": {"task": args.distill_task, "variations": variations, "steps": args.distill_steps,
+                    "episodes": args.episodes, "lr": args.distill_lr, "temperature": args.temperature, "seed": seed},
+        "naive_success": {"train_before": measured["train_before"], "train_after": measured["train_after"]},
+        "command": "benchmarks/bench_lesson.py " + " ".join(sys.argv[1:]),
+    }  # fmt: skip
+    (out / "warmstart.json").write_text(json.dumps(meta, indent=1) + "\n")
+    print(f"  seed {seed}: distilled adapter written to {out}", flush=True)
+    return out
 
 
 ADAPT_TASKS = ("trap-find-animal-fixed", "trap-water-plant-fixed")
@@ -388,6 +417,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="a tip is written after the whole episode or per observation (memory.note_context; auto: as the writer was trained)")
     ap.add_argument("--warm-start", default=RunConfig().policy.warm_start, help=f"auto (the default adapter, {DEFAULT_WARM_START}) | none | DIR")
     ap.add_argument("--root", type=Path, default=None, help="sessions root (default: $EMPO2_SESSIONS_DIR or ./sessions)")
+    ap.add_argument("--save-adapter", type=Path, default=None, metavar="DIR",
+                    help="part distill: write each seed's distilled adapter to DIR/seed<N> with a warmstart.json "
+                         "(a start of known naive base rate for bench_learning.py --warm-start)")
     ap.add_argument("--threads", type=int, default=2, help="torch CPU threads (1 when two benchmarks share 2 cores)")
     add_result_option(ap)
     args = ap.parse_args(argv)
