@@ -74,3 +74,24 @@ def test_lesson_chart_is_percent_with_stage_titles():
     assert [bar["base"] + h for h in bar["y"]] == [0.0, 93.75] and bar["text"][1] == "15/16 won · score 90"
     assert fig["layout"]["yaxis"]["ticksuffix"] == "%" and fig["layout"]["yaxis"]["title"]["text"] == "success rate (%)"
     assert fig["data"][0]["marker"]["color"][0] != fig["data"][0]["marker"]["color"][1]
+
+
+def test_base_rate_curve_means_seeds_per_rate_and_draws_the_gain_in_points():
+    points = [
+        {"base_rate": 0.0, "seed": 0, "EMPO2": 0.75, "GRPO": 0.0},
+        {"base_rate": 0.0, "seed": 1, "EMPO2": 0.25, "GRPO": 0.0},
+        {"base_rate": 0.3, "seed": 0, "EMPO2": 0.5, "GRPO": 0.75},
+    ]
+    fig = charts.base_rate_figure(points).to_dict()
+    named = {(t["name"], t["mode"]): t for t in fig["data"]}
+    empo2 = named[("EMPO²", "lines+markers")]
+    assert list(empo2["x"]) == [0.0, 30.0] and list(empo2["y"]) == [50.0, 50.0]  # (75+25)/2; one seed at 30 %
+    assert list(named[("GRPO", "lines+markers")]["y"]) == [0.0, 75.0]
+    gain = named[("EMPO² − GRPO", "lines+markers")]
+    assert gain["xaxis"] == "x2" and list(gain["y"]) == [50.0, -25.0]  # 50 − 0; 50 − 75
+    seeds = named[("EMPO² − GRPO, one seed", "markers")]
+    assert list(seeds["y"]) == [75.0, 25.0, -25.0] and list(seeds["customdata"]) == [0, 1, 0]
+    layout = fig["layout"]
+    assert layout["yaxis"]["ticksuffix"] == "%" and layout["yaxis2"]["range"] == [-105, 105]
+    assert layout["xaxis"]["ticksuffix"] == "%"
+    assert _annotations(charts.base_rate_figure([])) == [charts.EMPTY_TEXT]

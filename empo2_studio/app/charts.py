@@ -164,3 +164,44 @@ def race_figure(
     if evals is not None:
         fig.update_yaxes(title_text="test success, no memory (%)", row=1, col=3, **PERCENT_AXIS)
     return _finish(fig)
+
+
+def base_rate_figure(points: Sequence[Mapping[str, object]]) -> go.Figure:
+    """EMPO²'s gain over GRPO against the naive base rate (issue 48 item 3), in two panels: left, each
+    arm's memory-free test success after the race (%) against the starting weights' naive success on
+    the training layouts (%); right, EMPO² − GRPO in percentage points. Seeds are small dots, their
+    mean a line.
+
+    Each point: "base_rate" (0 … 1), "seed", "EMPO2" and "GRPO" (memory-free test success, 0 … 1)."""
+    from plotly.subplots import make_subplots
+
+    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.12)
+    rates = sorted({float(p["base_rate"]) for p in points})  # type: ignore[arg-type]
+
+    def mean_at(rate: float, value) -> float:
+        vs = [value(p) for p in points if float(p["base_rate"]) == rate]  # type: ignore[arg-type]
+        return sum(vs) / len(vs)
+
+    series = [(arm, 1, lambda p, a=arm: 100.0 * float(p[a])) for arm in ("EMPO2", "GRPO")]  # type: ignore[arg-type]
+    series.append(("gain", 2, lambda p: 100.0 * (float(p["EMPO2"]) - float(p["GRPO"]))))  # type: ignore[arg-type]
+    for arm, col, value in series:
+        colour = RACE_COLOURS.get(arm, "#374151")
+        name = {"EMPO2": "EMPO²", "gain": "EMPO² − GRPO"}.get(arm, arm)
+        symbol, size, dash = RACE_MARKERS.get(arm, ("diamond", 10, "solid"))
+        fig.add_trace(go.Scatter(
+            x=[100.0 * float(p["base_rate"]) for p in points], y=[value(p) for p in points], mode="markers",  # type: ignore[arg-type]
+            marker={"color": colour, "size": 6, "opacity": 0.45}, name=f"{name}, one seed", legendgroup=arm, showlegend=False,
+            customdata=[p["seed"] for p in points], hovertemplate=f"{name}, seed %{{customdata}}: %{{y:.0f}}<extra></extra>",
+        ), row=1, col=col)  # fmt: skip
+        fig.add_trace(go.Scatter(
+            x=[100.0 * r for r in rates], y=[mean_at(r, value) for r in rates], mode="lines+markers", name=name,
+            legendgroup=arm, line={"color": colour, "dash": dash},
+            marker={"symbol": symbol, "size": size, "line": {"width": 2, "color": colour}},
+        ), row=1, col=col)  # fmt: skip
+    fig = _layout(fig, "Where memory matters: EMPO² vs GRPO against the naive base rate", "", "", height=340)
+    fig.update_xaxes(title_text="naive success of the starting weights, training layouts (%)", ticksuffix="%")
+    fig.update_yaxes(title_text="test success after the race, no memory (%)", row=1, col=1, **PERCENT_AXIS)
+    fig.update_yaxes(title_text="EMPO² − GRPO (points)", row=1, col=2, range=[-105, 105], dtick=50)
+    if points:
+        fig.add_hline(y=0, line={"color": "#374151", "width": 1}, row=1, col=2)
+    return _finish(fig, integer_x=False)
