@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import gradio as gr
 import pandas as pd
 
-from empo2_studio.app import charts
+from empo2_studio.app import base_rate, charts
 from empo2_studio.app import job_panel as jp
 from empo2_studio.app.handlers import user_errors, whole_number
 from empo2_studio.app.job_panel import JobPanel
@@ -228,6 +228,10 @@ def build_race_tab(studio: Studio, run_id: gr.State) -> dict[str, Any]:
     rid0 = studio.default_run_id
     iterations0, group0, limit0 = race_defaults(studio, rid0)
     note = gr.Markdown(race_note(studio, rid0), elem_id="rc-note")
+    with gr.Accordion("Where memory matters: the race against the naive base rate (measured)", open=False,
+                      elem_id="rc-base-rate"):  # fmt: skip
+        gr.Markdown(base_rate.EXPLANATION, elem_id="rc-base-rate-text")
+        gr.Plot(value=charts.base_rate_figure(base_rate.POINTS), show_label=False, elem_id="rc-base-rate-chart")
     choices0 = target_choices(studio, rid0)
     with gr.Row():
         target = gr.Radio(choices0, value=choices0[0][1], label="Race on", elem_id="rc-target")

@@ -77,6 +77,14 @@ def test_race_draws_both_arms_their_evaluations_and_a_verdict(page, studio_url, 
     page.locator("#rc-preset-class").click()
     page.wait_for_function("document.querySelector('#rc-eval-repeats input').value === '1'")
     assert "search family" in page.locator("#rc-note").inner_text()
+    # the measured curve behind the race: EMPO² and GRPO against the naive base rate (app/base_rate.py)
+    accordion = page.locator("#rc-base-rate").get_by_role("button", name=re.compile(r"^Where memory matters"))
+    accordion.click()
+    page.locator("#rc-base-rate-chart .scatterlayer .trace").first.wait_for(timeout=30_000)
+    assert page.locator("#rc-base-rate-chart .scatterlayer .trace").count() == 6  # seeds and mean: 2 arms and the gain
+    assert "base rate" in page.locator("#rc-base-rate-text").inner_text()
+    page.locator("#rc-base-rate").screenshot(path=str(artifacts / "race-base-rate.png"))  # docs/img/race-base-rate.png
+    accordion.click()
     empty_note = page.locator("#rc-chart text.annotation-text").first
     empty_note.wait_for(timeout=30_000)
     assert empty_note.text_content() == "no data yet"  # an empty chart says so
