@@ -1,0 +1,57 @@
+"""bench_lesson.py --save-adapter (issue 48 item 3): the distilled adapter is a PEFT directory a run can
+start from, and its warmstart.json says what it saw — its warm start's tasks plus the distill task —
+and the naive success the benchmark measured."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import torch
+
+from empo2_studio.config import DEFAULT_WARM_START, WARM_START_DIR
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def bench_lesson():
+    sys.path.insert(0, str(BENCH))  # bench_lesson imports its siblings by name
+    try:
+        spec = importlib.util.spec_from_file_location("bench_lesson_under_test", BENCH / "bench_lesson.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+def test_the_saved_adapter_loads_back_and_names_what_it_saw(tmp_path, tiny_policy):
+    bench = bench_lesson()
+    args = SimpleNamespace(save_adapter=tmp_path / "starts", warm_start="auto", distill_task="trap-light-bulb-fixed",
+                           distill_steps=2, episodes=8, distill_lr=6e-4, temperature=1.0)  # fmt: skip
+    with torch.no_grad():
+        for p in tiny_policy.trainable_parameters():
+            p.add_(0.01)  # weights that differ from a fresh tiny policy's
+    saved = [p.detach().clone() for p in tiny_policy.trainable_parameters()]
+    out = bench.save_distilled(args, tiny_policy, 3, [0, 1, 2, 3, 4], {"train_before": 0.0, "train_after": 0.125})
+
+    assert out == tmp_path / "starts" / "seed3"
+    assert (out / "adapter_config.json").is_file() and (out / "adapter_model.safetensors").is_file()
+    meta = json.loads((out / "warmstart.json").read_text())
+    shipped = json.loads((WARM_START_DIR / DEFAULT_WARM_START / "warmstart.json").read_text())
+    assert meta["tasks"] == sorted({*shipped["tasks"], "trap-light-bulb-fixed"})
+    assert meta["init"] == str(WARM_START_DIR / DEFAULT_WARM_START)
+    assert meta["distill"] == {"task": "trap-light-bulb-fixed", "variations": [0, 1, 2, 3, 4], "steps": 2,
+                               "episodes": 8, "lr": 6e-4, "temperature": 1.0, "seed": 3}  # fmt: skip
+    assert meta["naive_success"] == {"train_before": 0.0, "train_after": 0.125}
+    assert meta["trained_on"].endswith("then 2 Distill-now steps on trap-light-bulb-fixed variations [0, 1, 2, 3, 4] "
+                                       "(the pre-filled tips, 8 memory episodes each, lr 0.0006)")  # fmt: skip
+
+    with torch.no_grad():
+        for p in tiny_policy.trainable_parameters():
+            p.zero_()
+    tiny_policy.load_adapter(str(out))
+    assert all(torch.equal(a, b) for a, b in zip(tiny_policy.trainable_parameters(), saved))
