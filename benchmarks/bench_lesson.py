@@ -425,6 +425,12 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.threads < 1:
         ap.error(f"--threads must be ≥ 1, got {args.threads}")
+    if args.save_adapter:  # refused before the model loads; an earlier start is never overwritten
+        if "distill" not in args.parts:
+            ap.error(f"--save-adapter saves part distill's adapters; --parts {' '.join(args.parts)} has no distill")
+        taken = [str(args.save_adapter / f"seed{s}") for s in args.seeds if (args.save_adapter / f"seed{s}").exists()]
+        if taken:
+            ap.error(f"--save-adapter {args.save_adapter}: {', '.join(taken)} already exist; give another DIR or remove them")
     try:  # a bad --note-writer is refused before the model loads or a folder is written
         lesson_config(args.distill_task, 0, args).validate()
     except ValueError as e:

@@ -55,3 +55,21 @@ def test_the_saved_adapter_loads_back_and_names_what_it_saw(tmp_path, tiny_polic
             p.zero_()
     tiny_policy.load_adapter(str(out))
     assert all(torch.equal(a, b) for a, b in zip(tiny_policy.trainable_parameters(), saved))
+
+
+def test_save_adapter_without_distill_or_onto_an_earlier_start_is_refused(tmp_path, capsys):
+    bench = bench_lesson()
+    for argv, says in (
+        (["--parts", "notes", "--save-adapter", str(tmp_path)], "--parts notes has no distill"),
+        (["--parts", "distill", "--seeds", "0", "1", "--save-adapter", str(tmp_path)], f"{tmp_path / 'seed1'} already exist"),
+    ):
+        (tmp_path / "seed1").mkdir(exist_ok=True)
+        before = sorted(p.name for p in tmp_path.iterdir())
+        try:
+            bench.main(argv)
+        except SystemExit as e:
+            assert e.code == 2
+        else:
+            raise AssertionError(f"{argv} was not refused")
+        assert says in capsys.readouterr().err
+        assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing written
