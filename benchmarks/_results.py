@@ -68,6 +68,12 @@ def _plain(value):
         return str(value)
 
 
+def command_line(script: str, argv: list[str] | None) -> str:
+    """The command that ran `script` (its `__file__`) with `argv` (None: sys.argv[1:]), repo-relative, quoted."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    return shlex.join([str(Path(script).resolve().relative_to(ROOT)), *args])
+
+
 def write_result(name: str | None, script: str, argv: list[str] | None, started: float, seeds, results,
                  seconds: float | None = None, **about) -> Path | None:
     """Write benchmarks/results/NAME.json (nothing when `name` is None) and return its path.
@@ -79,10 +85,9 @@ def write_result(name: str | None, script: str, argv: list[str] | None, started:
     every part, so that a run stopped early still leaves what it measured."""
     if name is None:
         return None
-    args = list(sys.argv[1:] if argv is None else argv)
     head, dirty = commit()
     data = {
-        "command": shlex.join([str(Path(script).resolve().relative_to(ROOT)), *args]),
+        "command": command_line(script, argv),
         "commit": head,
         "dirty": dirty,
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),

@@ -63,7 +63,7 @@ from empo2_studio.trainer import Trainer  # noqa: E402
 from empo2_studio.types import RetrievedTip  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _results import add_result_option, write_result  # noqa: E402
+from _results import add_result_option, command_line, write_result  # noqa: E402
 
 
 def restore_weights(policy, warm: list[torch.Tensor]) -> None:
@@ -284,7 +284,7 @@ def save_distilled(args, policy, seed: int, variations: list[int], measured: dic
         "distill": {"task": args.distill_task, "variations": variations, "steps": args.distill_steps,
                     "episodes": args.episodes, "lr": args.distill_lr, "temperature": args.temperature, "seed": seed},
         "naive_success": {"train_before": measured["train_before"], "train_after": measured["train_after"]},
-        "command": "benchmarks/bench_lesson.py " + " ".join(sys.argv[1:]),
+        "command": args.command,
     }  # fmt: skip
     (out / "warmstart.json").write_text(json.dumps(meta, indent=1) + "\n")
     print(f"  seed {seed}: distilled adapter written to {out}", flush=True)
@@ -423,6 +423,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=2, help="torch CPU threads (1 when two benchmarks share 2 cores)")
     add_result_option(ap)
     args = ap.parse_args(argv)
+    args.command = command_line(__file__, argv)  # what a saved adapter's warmstart.json says built it
     if args.threads < 1:
         ap.error(f"--threads must be ≥ 1, got {args.threads}")
     if args.save_adapter:  # refused before the model loads; an earlier start is never overwritten

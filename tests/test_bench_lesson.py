@@ -31,7 +31,8 @@ def bench_lesson():
 def test_the_saved_adapter_loads_back_and_names_what_it_saw(tmp_path, tiny_policy):
     bench = bench_lesson()
     args = SimpleNamespace(save_adapter=tmp_path / "starts", warm_start="auto", distill_task="trap-light-bulb-fixed",
-                           distill_steps=2, episodes=8, distill_lr=6e-4, temperature=1.0)  # fmt: skip
+                           distill_steps=2, episodes=8, distill_lr=6e-4, temperature=1.0,
+                           command="benchmarks/bench_lesson.py --parts distill")  # fmt: skip
     with torch.no_grad():
         for p in tiny_policy.trainable_parameters():
             p.add_(0.01)  # weights that differ from a fresh tiny policy's
@@ -47,6 +48,7 @@ def test_the_saved_adapter_loads_back_and_names_what_it_saw(tmp_path, tiny_polic
     assert meta["distill"] == {"task": "trap-light-bulb-fixed", "variations": [0, 1, 2, 3, 4], "steps": 2,
                                "episodes": 8, "lr": 6e-4, "temperature": 1.0, "seed": 3}  # fmt: skip
     assert meta["naive_success"] == {"train_before": 0.0, "train_after": 0.125}
+    assert meta["command"] == "benchmarks/bench_lesson.py --parts distill"
     assert meta["trained_on"].endswith("then 2 Distill-now steps on trap-light-bulb-fixed variations [0, 1, 2, 3, 4] "
                                        "(the pre-filled tips, 8 memory episodes each, lr 0.0006)")  # fmt: skip
 
