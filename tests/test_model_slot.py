@@ -89,3 +89,16 @@ def test_a_failed_trainer_build_leaves_the_saved_out_weights_recorded(parts):
         slot.trainer("broken")
     assert slot.loaded == CheckpointWeights("a", "/ck/a/1") and slot.live_trainer("a") is None
     assert slot.trainer("a") is built[1] and built[1].from_fresh == fresh  # rebuilt, from its checkpoint
+
+
+def test_the_fresh_adapter_folder_goes_with_its_loader():
+    """Each studio launch saves the untrained adapter to a temporary folder; it must not outlive the
+    loader (644 such folders had piled up in /tmp on the shared machine before this test)."""
+    import gc
+
+    loader = ModelLoader(FakePolicy(), object(), policy_config=None)
+    fresh = loader.fresh_adapter()
+    assert (fresh / "adapter_config.json").read_text() == "{}"
+    del loader
+    gc.collect()
+    assert not fresh.exists()

@@ -9,8 +9,10 @@ before taking its own, so no lock is ever taken inside another's.
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 import threading
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,6 +77,8 @@ class ModelLoader:
                     self._policy = self._load_policy()
                 if self._fresh is None:
                     fresh = Path(tempfile.mkdtemp(prefix="empo2-fresh-adapter-"))
+                    # Removed with the loader or at exit: one studio launch must not leave a folder behind.
+                    weakref.finalize(self, shutil.rmtree, fresh, ignore_errors=True)
                     self._policy.save_adapter(str(fresh))
                     self._fresh = fresh
         return self._policy
