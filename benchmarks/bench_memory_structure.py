@@ -38,17 +38,20 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
 
-from empo2_studio.config import EnvConfig, MemoryConfig, RunConfig  # noqa: E402
+from empo2_studio.algorithm import group_advantages  # noqa: E402
+from empo2_studio.config import AlgoConfig, EnvConfig, MemoryConfig, RunConfig, TrainConfig  # noqa: E402
 from empo2_studio.envs import make_env  # noqa: E402
 from empo2_studio.envs.trap import TASKS  # noqa: E402
 from empo2_studio.evaluation import ADAPT_SEED_OFFSET  # noqa: E402
 from empo2_studio.memory import make_embedder, open_tip_store  # noqa: E402
 from empo2_studio.policy import load_policy, prompts  # noqa: E402
 from empo2_studio.policy.note_writer import load_note_writer  # noqa: E402
+from empo2_studio.race import load_lora_state, lora_state  # noqa: E402
 from empo2_studio.rollout import play_group, sampling_seed, seed_policy, write_group_tips  # noqa: E402
 from empo2_studio.rollout.tip_places import entry_places, wrong_place_counts  # noqa: E402
 from empo2_studio.rollout.tip_writing import key_text  # noqa: E402
 from empo2_studio.sessions import default_sessions_root, fresh_dir  # noqa: E402
+from empo2_studio.update import UpdateSettings, policy_update  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _results import add_result_option, write_result  # noqa: E402
@@ -114,6 +117,28 @@ def run_seed(args, seed: int, policy, writer, context: str, embedder, env, root:
         return play_group(envs, policy, stores.get(arm), task=task, variation=variation, split=args.split,
                           rollout_mode=mode, update_mode=None, temperature=1.0, seed=seed, keep_caches=True)  # fmt: skip
 
+    def distilled(arm: str, trials: list) -> dict:
+        """`--distill-steps` updates on the arm's trials (module docstring), then `--group` episodes
+        without memory; the weights are put back afterwards. {"success", "loss", "seconds"}."""
+        t0, start = time.perf_counter(), lora_state(policy)
+        mode = "on-policy" if arm == "none" else "off-policy"
+        episodes = [e for g in trials for e in g]
+        returns = torch.tensor([[e.return_ for e in g] for g in trials], dtype=torch.float64)
+        advantages = group_advantages(returns, AlgoConfig().adv_eps).flatten().tolist()
+        train = TrainConfig(learning_rate=args.distill_lr)
+        optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=train.learning_rate, weight_decay=train.weight_decay)
+        settings = UpdateSettings.from_config(AlgoConfig(), train)
+        try:
+            losses = [policy_update(policy, optimizer, episodes, advantages, mode, settings)["loss/policy"]
+                      for _ in range(args.distill_steps)]  # fmt: skip
+            after = play("none", args.trials + 1)
+            for e in after:
+                policy.forget(e.episode_id)
+        finally:
+            load_lora_state(policy, start)
+        return {"success": sum(e.won for e in after) / len(after), "loss": losses[-1],
+                "seconds": time.perf_counter() - t0}  # fmt: skip
+
     t0 = time.perf_counter()
     first = play("none", 0)
     if stores:
@@ -130,8 +155,9 @@ def run_seed(args, seed: int, policy, writer, context: str, embedder, env, root:
     out = {arm: [trial_row(first, stores.get(arm), task, env, first)] for arm in args.arms}
     print(f"seed {seed} layout {variation}: trial 0 (no memory) success {out[args.arms[0]][0]['success']:.2f} "
           f"[{time.perf_counter() - t0:.0f} s]", flush=True)  # fmt: skip
+    after: dict = {}
     for arm in args.arms:
-        history = list(first)
+        history, played = list(first), []
         for trial in range(1, args.trials + 1):
             t0 = time.perf_counter()
             episodes = play(arm, trial)
@@ -141,12 +167,17 @@ def run_seed(args, seed: int, policy, writer, context: str, embedder, env, root:
                 for e in episodes:
                     policy.forget(e.episode_id)
             history += episodes
+            played.append(episodes)
             row = trial_row(episodes, stores.get(arm), task, env, history)
             out[arm].append(row)
             wrong = f", wrong-place {row['wrong_share']:.2f} of {row['placed']:.0f}" if arm in stores else ""
             print(f"  seed {seed} {arm:17s} trial {trial}: success {row['success']:.2f}, steps {row['steps']:.1f}, "
                   f"tips {row['tips']:.0f}{wrong}, budget cut {row['budget_cut']:.0f} [{time.perf_counter() - t0:.0f} s]", flush=True)  # fmt: skip
-    return {"layout": variation, "arms": out}
+        if args.distill_steps:
+            after[arm] = distilled(arm, played)
+            print(f"  seed {seed} {arm:17s} after {args.distill_steps} distill steps: memory-free success "
+                  f"{after[arm]['success']:.2f} [{after[arm]['seconds']:.0f} s]", flush=True)  # fmt: skip
+    return {"layout": variation, "arms": out, "distilled": after}
 
 
 def summary(per_seed: dict, arms: list[str], trials: int) -> tuple[dict, str]:
@@ -162,8 +193,10 @@ def summary(per_seed: dict, arms: list[str], trials: int) -> tuple[dict, str]:
         return vals
 
     numbers: dict = {}
-    lines = ["| arm | success, trials 1–{0} | Δ success vs flat (paired) | steps per episode | live tips after trial {0} | wrong-place share of shown tips | wrong-place tips per memory step | tips cut by the budget per trial |".format(trials),
-             "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    distilled = all(per_seed[s].get("distilled") for s in seeds)
+    extra = (" memory-free success after distillation |", "---|") if distilled else ("", "")
+    lines = ["| arm | success, trials 1–{0} | Δ success vs flat (paired) | steps per episode | live tips after trial {0} | wrong-place share of shown tips | wrong-place tips per memory step | tips cut by the budget per trial |{1}".format(trials, extra[0]),
+             "|---|---|---|---|---|---|---|---|" + extra[1]]  # fmt: skip
     for arm in arms:
         row: dict = {}
         for key in ("success", "steps", "wrong_share", "wrong_per_step", "budget_cut"):
@@ -176,6 +209,9 @@ def summary(per_seed: dict, arms: list[str], trials: int) -> tuple[dict, str]:
         if "flat" in arms and arm != "flat":
             diff = [a - b for a, b in zip(per(arm, "success"), per("flat", "success"))]
             row["success_minus_flat"] = {"per_seed": diff, "mean": ci95(diff)[0], "ci95": ci95(diff)[1]}
+        if distilled:
+            vals = [per_seed[s]["distilled"][arm]["success"] for s in seeds]
+            row["distilled_success"] = {"per_seed": vals, "mean": ci95(vals)[0], "ci95": ci95(vals)[1]}
         numbers[arm] = row
 
         def cell(key: str, fmt: str = ".2f") -> str:
@@ -184,7 +220,8 @@ def summary(per_seed: dict, arms: list[str], trials: int) -> tuple[dict, str]:
             return f"{row[key]['mean']:{fmt}} ± {row[key]['ci95']:{fmt}}"
 
         lines.append(f"| {arm} | {cell('success')} | {cell('success_minus_flat')} | {cell('steps', '.1f')} | "
-                     f"{cell('tips_last', '.1f')} | {cell('wrong_share')} | {cell('wrong_per_step')} | {cell('budget_cut', '.1f')} |")  # fmt: skip
+                     f"{cell('tips_last', '.1f')} | {cell('wrong_share')} | {cell('wrong_per_step')} | {cell('budget_cut', '.1f')} |"
+                     + (f" {cell('distilled_success')} |" if distilled else ""))  # fmt: skip
     return numbers, "\n".join(lines)
 
 
@@ -200,11 +237,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget", type=int, default=64, help="memory.tip_token_budget of every memory arm (tokens, prompts.tip_tokens)")
     ap.add_argument("--threads", type=int, default=2, help="torch CPU threads (1 when two benchmarks share 2 cores)")
     ap.add_argument("--root", type=Path, default=None, help="sessions root (default: $EMPO2_SESSIONS_DIR or ./sessions)")
+    ap.add_argument("--distill-steps", type=int, default=0,
+                    help="after each arm: this many updates on its trials, then --group episodes without memory "
+                         "(0: not measured; the Lesson's Distill now runs 5)")
+    ap.add_argument("--distill-lr", type=float, default=2e-3,
+                    help="learning rate of those updates (default: the Lesson's, app.lesson_tab.LESSON_LEARNING_RATE)")
     add_result_option(ap)
     args = ap.parse_args(argv)
     for name in ("trials", "group", "threads"):
         if getattr(args, name) < 1:
             ap.error(f"--{name} must be ≥ 1, got {getattr(args, name)}")
+    if args.distill_steps < 0 or args.distill_lr <= 0:
+        ap.error(f"--distill-steps must be ≥ 0 and --distill-lr > 0, got {args.distill_steps} and {args.distill_lr}")
     if args.budget < 0:
         ap.error(f"--budget must be ≥ 0 (0: no budget), got {args.budget}")
     args.arms = list(dict.fromkeys(args.arms))
@@ -219,7 +263,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"model loaded [{time.perf_counter() - started:.0f} s]; note context {context}", flush=True)
     per_seed: dict = {}
     about = dict(task=args.task, arms=args.arms, split=args.split, trials=args.trials, group=args.group,
-                 step_limit=args.step_limit or env.step_limit(args.task), budget=args.budget, policy=policy.version)  # fmt: skip
+                 step_limit=args.step_limit or env.step_limit(args.task), budget=args.budget, policy=policy.version,
+                 distill_steps=args.distill_steps, distill_lr=args.distill_lr)  # fmt: skip
     for seed in args.seeds:
         per_seed[seed] = run_seed(args, seed, policy, writer, context, embedder, env, root)
         numbers, table = summary(per_seed, args.arms, args.trials)

@@ -1,0 +1,54 @@
+"""bench_memory_structure.py's summary (issue 49 item 2): the memory-free-after-distillation column is
+the mean over seeds with a 95 % t-interval, worked out by hand here, and is absent when not measured."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def bench():
+    sys.path.insert(0, str(BENCH))  # the benchmark imports its siblings by name
+    try:
+        spec = importlib.util.spec_from_file_location("bench_memory_structure_under_test", BENCH / "bench_memory_structure.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+def row(success: float, tips: float = 0.0) -> dict:
+    return {"success": success, "steps": 8.0, "tips": tips, "budget_cut": 0.0, "wrong_share": 0.0, "wrong_per_step": 0.0}
+
+
+def per_seed(distilled: bool) -> dict:
+    # seed s: flat wins 0.5 in its one memory trial, none 0; after distillation none 0, 0.5, 1 and flat 0.5 each
+    out = {}
+    for s, after_none in zip((0, 1, 2), (0.0, 0.5, 1.0)):
+        out[s] = {"layout": 36 + s, "arms": {"none": [row(0.0), row(0.0)], "flat": [row(0.0), row(0.5, tips=4.0)]},
+                  "distilled": {"none": {"success": after_none}, "flat": {"success": 0.5}} if distilled else {}}
+    return out
+
+
+def test_the_distillation_column_is_the_seed_mean_with_its_t_interval():
+    numbers, table = bench().summary(per_seed(True), ["none", "flat"], trials=1)
+    # none: mean 0.5, sd 0.5, t(2) = 4.303: half-width 4.303 · 0.5 / √3 = 1.2422
+    assert numbers["none"]["distilled_success"]["mean"] == pytest.approx(0.5)
+    assert numbers["none"]["distilled_success"]["ci95"] == pytest.approx(4.303 * 0.5 / 3**0.5)
+    assert numbers["flat"]["distilled_success"] == {"per_seed": [0.5, 0.5, 0.5], "mean": 0.5, "ci95": 0.0}
+    header, _, none_line, flat_line = table.splitlines()
+    assert header.endswith("| memory-free success after distillation |")
+    assert none_line.endswith("| 0.50 ± 1.24 |") and flat_line.endswith("| 0.50 ± 0.00 |")
+
+
+def test_no_distillation_column_when_it_was_not_measured():
+    numbers, table = bench().summary(per_seed(False), ["none", "flat"], trials=1)
+    assert "distilled_success" not in numbers["flat"]
+    assert "distillation" not in table
+    assert numbers["flat"]["success"]["mean"] == 0.5 and numbers["flat"]["tips_last"]["mean"] == 4.0
