@@ -54,7 +54,7 @@ from empo2_studio.sessions import default_sessions_root, fresh_dir  # noqa: E402
 from empo2_studio.update import UpdateSettings, policy_update  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _results import add_result_option, write_result  # noqa: E402
+from _results import RESULTS, add_result_option, write_result  # noqa: E402
 
 MEMORY_ARMS = ("flat", "flat-counts", "groups", "structured", "structured-random")
 ARMS = ("none", *MEMORY_ARMS)
@@ -242,8 +242,13 @@ def main(argv: list[str] | None = None) -> int:
                          "(0: not measured; the Lesson's Distill now runs 5)")
     ap.add_argument("--distill-lr", type=float, default=2e-3,
                     help="learning rate of those updates (default: the Lesson's, app.lesson_tab.LESSON_LEARNING_RATE)")
+    ap.add_argument("--merge", nargs="+", metavar="NAME", default=None,
+                    help="runs nothing: one table over the seeds of these benchmarks/results/NAME.json files "
+                         "(e.g. two processes with other --seeds), written with --result")
     add_result_option(ap)
     args = ap.parse_args(argv)
+    if args.merge:
+        return merge(args.merge, args.result, argv)
     for name in ("trials", "group", "threads"):
         if getattr(args, name) < 1:
             ap.error(f"--{name} must be ≥ 1, got {getattr(args, name)}")
@@ -275,6 +280,37 @@ def main(argv: list[str] | None = None) -> int:
         write_result(args.result, __file__, argv, started, list(per_seed), results, **about)
         print(table, flush=True)
     print(f"written: {root}/memory_structure.json")
+    return 0
+
+
+SETTINGS = ("task", "arms", "split", "trials", "group", "step_limit", "budget", "policy", "distill_steps", "distill_lr")
+"""What runs must share to be merged into one table."""
+
+
+def merge(names: list[str], result: str | None, argv: list[str] | None) -> int:
+    """`--merge`: the per-seed rows of several result files in one summary (their seconds summed).
+    Exits with a message naming the file and setting when a file is missing, the runs' settings differ,
+    or two runs hold the same seed."""
+    runs = []
+    for name in names:
+        path = RESULTS / f"{name}.json"
+        if not path.is_file():
+            raise SystemExit(f"--merge: {path} does not exist (a result written by this benchmark with --result)")
+        runs.append(json.loads(path.read_text()))
+    about = {k: runs[0].get(k) for k in SETTINGS}
+    per_seed: dict = {}
+    for name, run in zip(names, runs):
+        for key in SETTINGS:
+            if run.get(key) != about[key]:
+                raise SystemExit(f"--merge: {name} has {key} {run.get(key)!r}, {names[0]} has {about[key]!r}")
+        for seed, rows in run["results"]["per_seed"].items():
+            if int(seed) in per_seed:
+                raise SystemExit(f"--merge: seed {seed} is in more than one of {names}")
+            per_seed[int(seed)] = rows
+    numbers, table = summary(per_seed, about["arms"], about["trials"])
+    write_result(result, __file__, argv, 0.0, sorted(per_seed), {"summary": numbers, "table": table, "per_seed": per_seed},
+                 seconds=sum(run["seconds"] for run in runs), merged_from=names, **about)  # fmt: skip
+    print(table)
     return 0
 
 

@@ -52,3 +52,29 @@ def test_no_distillation_column_when_it_was_not_measured():
     assert "distilled_success" not in numbers["flat"]
     assert "distillation" not in table
     assert numbers["flat"]["success"]["mean"] == 0.5 and numbers["flat"]["tips_last"]["mean"] == 4.0
+
+
+def write_run(folder: Path, name: str, seeds: dict, **over) -> None:
+    import json
+
+    about = {"task": "trap-light-bulb", "arms": ["none", "flat"], "split": "test", "trials": 1, "group": 6,
+             "step_limit": 12, "budget": 64, "policy": "p", "distill_steps": 5, "distill_lr": 2e-3, **over}
+    (folder / f"{name}.json").write_text(json.dumps({**about, "seconds": 10.0, "results": {"per_seed": seeds}}))
+
+
+def test_merge_joins_the_seeds_of_two_runs_and_refuses_runs_that_differ(tmp_path, monkeypatch, capsys):
+    module = bench()
+    monkeypatch.setattr(module, "RESULTS", tmp_path)
+    seeds = per_seed(True)
+    write_run(tmp_path, "a", {"0": seeds[0], "1": seeds[1]})
+    write_run(tmp_path, "b", {"2": seeds[2]})
+    assert module.merge(["a", "b"], None, []) == 0
+    assert capsys.readouterr().out.splitlines()[2].endswith("| 0.50 ± 1.24 |")  # the three seeds' none row, as above
+
+    write_run(tmp_path, "c", {"2": seeds[2]}, group=8)
+    with pytest.raises(SystemExit, match="c has group 8, a has 6"):
+        module.merge(["a", "c"], None, [])
+    with pytest.raises(SystemExit, match="seed 0 is in more than one"):
+        module.merge(["a", "a"], None, [])
+    with pytest.raises(SystemExit, match="missing.json does not exist"):
+        module.merge(["a", "missing"], None, [])
