@@ -58,7 +58,8 @@ def write_run(folder: Path, name: str, seeds: dict, **over) -> None:
     import json
 
     about = {"task": "trap-light-bulb", "arms": ["none", "flat"], "split": "test", "trials": 1, "group": 6,
-             "step_limit": 12, "budget": 64, "policy": "p", "distill_steps": 5, "distill_lr": 2e-3, **over}
+             "step_limit": 12, "budget": 64, "policy": "p", "distill_steps": 5, "distill_lr": 2e-3, "distill_trials": 1,
+             **over}
     (folder / f"{name}.json").write_text(json.dumps({**about, "seconds": 10.0, "results": {"per_seed": seeds}}))
 
 
