@@ -17,7 +17,16 @@ Per arm, seed and trial: success rate, mean steps per episode, mean steps of the
 tips in the store after the trial (memory size), wrong-place tips shown (`rollout.tip_places`: share of
 the shown entries with a place, and per memory step), tips cut by the budget. The table gives the mean
 over seeds of the mean over memory trials, with a 95 % t-interval over seeds (n = 3: t = 4.303), and the
-paired difference against `flat`. Memory-free success after distillation is not measured here.
+paired difference against `flat`.
+
+Memory-free success after distillation (`--distill-steps K`, 0 = not measured): after an arm's last
+trial, the episodes of its last `--distill-trials` trials (1: the memory at its fullest) go through K
+updates, as the Lesson's *Distill now* does (paper §4.2, mode (b): a memory arm's episodes are scored
+without their tips, `off-policy`; the no-memory arm's are its own naive episodes, so its update is the
+plain `on-policy` one: the same compute on what it played). Each trial is one group for the advantages.
+Then `--group` episodes without memory on the same layout (the sampler seed of trial T + 1, the same in
+every arm), and the arm's weights are put back to the start. Five updates on a no-memory arm's 18 long
+episodes took over 10 minutes on the 2-core CPU, hence one trial by default.
 
 Run:  .venv/bin/python benchmarks/bench_memory_structure.py --threads 1 --result memory-structure-2026-12-06
 Any trap task (`--task`), e.g. a long-horizon one added to `envs/trap_world.py`.
@@ -174,7 +183,7 @@ def run_seed(args, seed: int, policy, writer, context: str, embedder, env, root:
             print(f"  seed {seed} {arm:17s} trial {trial}: success {row['success']:.2f}, steps {row['steps']:.1f}, "
                   f"tips {row['tips']:.0f}{wrong}, budget cut {row['budget_cut']:.0f} [{time.perf_counter() - t0:.0f} s]", flush=True)  # fmt: skip
         if args.distill_steps:
-            after[arm] = distilled(arm, played)
+            after[arm] = distilled(arm, played[-args.distill_trials:])
             print(f"  seed {seed} {arm:17s} after {args.distill_steps} distill steps: memory-free success "
                   f"{after[arm]['success']:.2f} [{after[arm]['seconds']:.0f} s]", flush=True)  # fmt: skip
     return {"layout": variation, "arms": out, "distilled": after}
@@ -240,6 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--distill-steps", type=int, default=0,
                     help="after each arm: this many updates on its trials, then --group episodes without memory "
                          "(0: not measured; the Lesson's Distill now runs 5)")
+    ap.add_argument("--distill-trials", type=int, default=1, help="distil the episodes of this many last trials")
     ap.add_argument("--distill-lr", type=float, default=2e-3,
                     help="learning rate of those updates (default: the Lesson's, app.lesson_tab.LESSON_LEARNING_RATE)")
     ap.add_argument("--merge", nargs="+", metavar="NAME", default=None,
@@ -252,8 +262,9 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("trials", "group", "threads"):
         if getattr(args, name) < 1:
             ap.error(f"--{name} must be ≥ 1, got {getattr(args, name)}")
-    if args.distill_steps < 0 or args.distill_lr <= 0:
-        ap.error(f"--distill-steps must be ≥ 0 and --distill-lr > 0, got {args.distill_steps} and {args.distill_lr}")
+    if args.distill_steps < 0 or args.distill_lr <= 0 or not 1 <= args.distill_trials <= args.trials:
+        ap.error(f"--distill-steps must be ≥ 0, --distill-lr > 0 and --distill-trials 1…--trials ({args.trials}); "
+                 f"got {args.distill_steps}, {args.distill_lr} and {args.distill_trials}")
     if args.budget < 0:
         ap.error(f"--budget must be ≥ 0 (0: no budget), got {args.budget}")
     args.arms = list(dict.fromkeys(args.arms))
@@ -269,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     per_seed: dict = {}
     about = dict(task=args.task, arms=args.arms, split=args.split, trials=args.trials, group=args.group,
                  step_limit=args.step_limit or env.step_limit(args.task), budget=args.budget, policy=policy.version,
-                 distill_steps=args.distill_steps, distill_lr=args.distill_lr)  # fmt: skip
+                 distill_steps=args.distill_steps, distill_lr=args.distill_lr, distill_trials=args.distill_trials)  # fmt: skip
     for seed in args.seeds:
         per_seed[seed] = run_seed(args, seed, policy, writer, context, embedder, env, root)
         numbers, table = summary(per_seed, args.arms, args.trials)
@@ -283,7 +294,8 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-SETTINGS = ("task", "arms", "split", "trials", "group", "step_limit", "budget", "policy", "distill_steps", "distill_lr")
+SETTINGS = ("task", "arms", "split", "trials", "group", "step_limit", "budget", "policy", "distill_steps", "distill_lr",
+            "distill_trials")
 """What runs must share to be merged into one table."""
 
 
