@@ -3,24 +3,18 @@ the mean over seeds with a 95 % t-interval, worked out by hand here, and is abse
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 
 def bench():
-    sys.path.insert(0, str(BENCH))  # the benchmark imports its siblings by name
-    try:
-        spec = importlib.util.spec_from_file_location("bench_memory_structure_under_test", BENCH / "bench_memory_structure.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(BENCH))
+    import bench_memory_structure
+
+    return bench_memory_structure
 
 
 def row(success: float, tips: float = 0.0) -> dict:
