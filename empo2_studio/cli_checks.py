@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import shutil
 from dataclasses import asdict, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from empo2_studio.config import DEFAULT_WARM_START, WARM_START_DIR, RunConfig
+from empo2_studio.config import DEFAULT_WARM_START, WARM_START_DIR, EnvConfig, RunConfig
 from empo2_studio.sessions import Session, absolute_paths, default_sessions_root
 
 OK, FAILURE, USAGE, ABORTED = 0, 1, 2, 130
@@ -107,17 +108,24 @@ def discard_new_session(session: Session) -> None:
         shutil.rmtree(session.dir, ignore_errors=True)
 
 
-def check_tip_file(path: Path) -> None:
-    """Raise UsageError if `path` is not a readable tip JSONL file whose every line is valid."""
-    from empo2_studio.memory import records
+def check_tip_file(path: Path, env: EnvConfig, *, structured: bool = False) -> None:
+    """Raise UsageError if `path` is not a readable tip JSONL file whose every line is valid (in the
+    format of a flat store, or, `structured`, a structured one, which also reads flat lines) and names
+    a task and variation of `env` (`envs.partition_error`; the catalogue only, no JVM)."""
+    from empo2_studio.envs import make_env, partition_error
+    from empo2_studio.memory import grouped_records, records
 
     if not path.is_file():
         raise UsageError(f"no such file: {path}")
+    world = make_env(env)
     try:
-        with open(path, encoding="utf-8") as fh:
-            records.parse_jsonl(fh)
+        lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+        parsed = (grouped_records if structured else records).parse_jsonl(lines)
+        records.refuse_partitions(lines, parsed, partial(partition_error, world))
     except (OSError, UnicodeDecodeError, ValueError) as e:
         raise UsageError(f"cannot import {path}: {e}") from None
+    finally:
+        world.close()
 
 
 def refuse_config_change(session: Session, cfg: RunConfig) -> None:

@@ -26,7 +26,7 @@ def run_tips(cmd: TipsCmd) -> int:
         print(f"session {session.run_id!r} has no tips yet")
         return OK
     if isinstance(a, TipsImport):  # a missing or malformed file is bad input: exit 2 before the embedder loads
-        check_tip_file(a.file)
+        check_tip_file(a.file, session.config.env, structured=structured)
     from empo2_studio.memory import make_embedder, open_tip_store
 
     embedder = make_embedder(session.config.memory.embedder)

@@ -53,6 +53,20 @@ def test_groups_pin_merge_retire_and_export_keep_the_structure(studio, structure
     assert list(tg.groups_view(studio, structured)[0]["group"]) == [f"{TASK} · v0 · anywhere", label]
 
 
+def test_an_import_naming_a_task_or_variation_the_session_lacks_stores_nothing(studio, tmp_path):
+    """As *Add a tip* refuses them: a tip under a misspelt task would never be read by any episode."""
+    path = tmp_path / "typo.jsonl"
+    path.write_text(f'{{"task": "{TASK}", "variation": 0, "text": "fine", "score": 5}}\n\n'
+                    '{"task": "ghost-task", "variation": 7, "text": "lost", "score": 5}\n'
+                    f'{{"task": "{TASK}", "variation": 99999, "text": "lost too", "score": 5}}\n')  # fmt: skip
+    before = studio.store("studio").count()
+    with pytest.raises(gr.Error, match=r"2 tip\(s\) name a task or variation.*nothing imported: "
+                                       r"line 3: unknown trap task 'ghost-task'; valid tasks: trap-light-bulb.*; "
+                                       r"line 4: trap-light-bulb has no variation 99999; valid: 0–47"):  # fmt: skip
+        th.import_tips(studio, "studio", str(path))
+    assert studio.store("studio").count() == before
+
+
 def test_adding_to_a_group_the_environment_does_not_know_is_refused(studio, structured):
     before = studio.store(structured).count()
     with pytest.raises(gr.Error, match="unknown group 'attic'.*hallway, kitchen, workshop, greenhouse, bedroom, anywhere"):

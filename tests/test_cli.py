@@ -232,9 +232,12 @@ def test_tips_list_export_import_reembed(sessions, tmp_path, capsys):
         "score": '{"task": "trap-light-bulb", "variation": 0, "text": "t", "score": 500}',
         "extra": '{"task": "trap-light-bulb", "variation": 0, "text": "t", "score": 5, "colour": "red"}',
         "json": "not json",
+        "task": '{"task": "trap-light-blub", "variation": 0, "text": "t", "score": 5}',  # a typo: no episode would read it
+        "variation": '{"task": "trap-light-bulb", "variation": 99999, "text": "t", "score": 5}',
     }
     expected = {"missing": "missing keys ['text']", "score": "score must be in [-100, 100], got 500", "extra": "unknown keys ['colour']",
-                "json": "not valid JSON"}  # fmt: skip
+                "json": "not valid JSON", "task": "unknown trap task 'trap-light-blub'; valid tasks: trap-light-bulb,",
+                "variation": "trap-light-bulb has no variation 99999; valid: 0–47"}  # fmt: skip
     capsys.readouterr()
     for name, line in bad.items():
         f = tmp_path / f"bad-{name}.jsonl"
@@ -246,6 +249,24 @@ def test_tips_list_export_import_reembed(sessions, tmp_path, capsys):
     assert "2 of 2 tip(s)" in capsys.readouterr().err
     assert main(["tips", "reembed", "--session", "run-b"]) == 0
     assert "re-embedded 2 tip(s)" in capsys.readouterr().out
+
+
+def test_tips_import_of_a_structured_export_into_a_structured_session(sessions, tmp_path, capsys):
+    """A structured export carries the structure keys (place, counts …); the CLI's check before the
+    embedder loads reads it as the structured store does (it used to refuse them as unknown keys)."""
+    from empo2_studio.memory import make_embedder, open_tip_store
+
+    cfg = RunConfig(run_id="run-s").with_overrides(memory={"embedder": "hash", "structure": "structured"})
+    a = Session.create(sessions, cfg)
+    store = open_tip_store(a.tips_path, make_embedder("hash"), cfg.memory, env=cfg.env, verify_embedder=False)
+    store.add_tip("trap-light-bulb", 0, "the green bulb is in the kitchen", score=50.0, place="kitchen")
+    dump = tmp_path / "structured.jsonl"
+    assert main(["tips", "export", "--session", "run-s", "--out", str(dump)]) == 0
+    assert '"place": "kitchen"' in dump.read_text()
+    Session.create(sessions, RunConfig(run_id="run-t").with_overrides(memory={"embedder": "hash", "structure": "structured"}))
+    capsys.readouterr()
+    assert main(["tips", "import", "--session", "run-t", "--file", str(dump)]) == 0, capsys.readouterr().err
+    assert "imported 1 tip(s), skipped 0" in capsys.readouterr().out
 
 
 def test_console_script_help_subprocess(tmp_path):

@@ -18,7 +18,7 @@ import pandas as pd
 
 from empo2_studio.app.handlers import kept_on_refusal, refused, user_errors, whole_number
 from empo2_studio.app.tip_groups import build_groups_panel
-from empo2_studio.envs import make_env
+from empo2_studio.envs import make_env, partition_error
 
 if TYPE_CHECKING:
     from empo2_studio.app.studio import Studio
@@ -48,13 +48,11 @@ def _check_partition(studio: Studio, run_id: str, task: str, variation: Any) -> 
     number = whole_number(variation, "the variation", 0)
     env = make_env(studio.session(run_id).config.env)  # the catalogue only: no JVM starts
     try:
-        if task not in env.task_names():
-            raise ValueError(f"unknown {env.name} task {task!r}; valid tasks: {', '.join(env.task_names())}")
-        valid = sorted({v for split in ("train", "dev", "test") for v in env.variations(task, split)})
+        why = partition_error(env, task, number)
     finally:
         env.close()
-    if number not in valid:
-        raise ValueError(f"{task} has no variation {number}; valid: {valid[0]}–{valid[-1]}")
+    if why:
+        raise ValueError(why)
     return number
 
 
@@ -232,7 +230,11 @@ def import_tips(studio: Studio, run_id: str, path: str | None) -> str:
     """Import an uploaded JSONL tip file (all lines valid, or nothing is imported)."""
     if not path:
         raise ValueError("choose a .jsonl file to import")
-    result = studio.store(run_id).import_jsonl(path)
+    env = make_env(studio.session(run_id).config.env)  # the catalogue only: no JVM starts
+    try:
+        result = studio.store(run_id).import_jsonl(path, check=partial(partition_error, env))
+    finally:
+        env.close()
     return f"imported {result.added} tip(s), skipped {result.skipped_duplicates} duplicate(s)"
 
 

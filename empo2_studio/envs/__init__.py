@@ -154,6 +154,15 @@ def check_unseen_task(task: str, known: Sequence[str], trained: EnvConfig) -> No
         raise ValueError(f"{task!r} is the task the run trained on; adaptation needs a task it was not trained on")
 
 
+def partition_error(env: TextEnv, task: str, variation: int) -> str | None:
+    """Why no episode of `env` can ever read a tip stored under (task, variation), or None when one can:
+    the message names the valid tasks or the task's variation range. Reads the catalogue only (no JVM)."""
+    if task not in env.task_names():
+        return f"unknown {env.name} task {task!r}; valid tasks: {', '.join(env.task_names())}"
+    valid = sorted({v for split in ("train", "dev", "test") for v in env.variations(task, split)})  # type: ignore[arg-type]
+    return None if variation in valid else f"{task} has no variation {variation}; valid: {valid[0]}–{valid[-1]}"
+
+
 def __getattr__(name: str):
     # Lazy re-exports: `from empo2_studio.envs import TrapEnv` without importing py4j up front.
     if name == "TrapEnv":

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -127,13 +128,15 @@ class GroupedCuration(TipStore):
         Path(path).write_text("".join(grec.row_to_json(r, flat=flat) + "\n" for r in rows), encoding="utf-8")
         return len(rows)
 
-    def import_jsonl(self, path: str | Path) -> ImportResult:
+    def import_jsonl(self, path: str | Path, *, check: Callable[[str, int], str | None] | None = None) -> ImportResult:  # type: ignore[override]
         """Import flat or structured JSONL (module docstring). Every line is checked first, places
-        included; any bad line raises ValueError naming it and nothing is imported."""
-        with open(path, encoding="utf-8") as fh:
-            records = grec.parse_jsonl(fh)
+        included, and (task, variation) by `check` (`records.refuse_partitions`); any bad line raises
+        ValueError naming it and nothing is imported."""
+        lines = Path(path).read_text(encoding="utf-8").splitlines(keepends=True)
+        records = grec.parse_jsonl(lines)
         if not records:
             raise ValueError(f"{Path(path).name} holds no tips (no non-blank lines); nothing imported")
+        rec.refuse_partitions(lines, records, check)
         bad = []
         for n, r in enumerate(records, start=1):
             place = r["structure"].get("place")

@@ -35,6 +35,7 @@ import json
 import math
 import re
 from pathlib import Path
+from collections.abc import Callable, Sequence
 from typing import Any, Iterable
 
 from lancedb.expr import Expr, col, lit
@@ -175,6 +176,21 @@ def parse_jsonl(lines: Iterable[str]) -> list[dict[str, Any]]:
         more = f"\n… and {len(errors) - 20} more" if len(errors) > 20 else ""
         raise ValueError(f"{len(errors)} bad line(s) in tip file, nothing imported:\n" + "\n".join(errors[:20]) + more)
     return records
+
+
+def refuse_partitions(lines: Sequence[str], records: Sequence[dict[str, Any]],
+                      check: Callable[[str, int], str | None] | None) -> None:
+    """Raise ValueError listing every tip of a parsed file (`records`, one per non-blank line of
+    `lines`) whose (task, variation) `check` rejects (its message), so an import stores nothing rather
+    than tips no episode can read. `check` None: nothing to check (the store does not know its env)."""
+    if check is None:
+        return
+    numbers = [n for n, line in enumerate(lines, start=1) if line.strip()]
+    errors = [f"line {n}: {why}" for n, r in zip(numbers, records) if (why := check(r["task"], r["variation"]))]
+    if errors:
+        more = f"\n… and {len(errors) - 20} more" if len(errors) > 20 else ""
+        raise ValueError(f"{len(errors)} tip(s) name a task or variation this session's environment lacks, "
+                         "nothing imported:\n" + "\n".join(errors[:20]) + more)
 
 
 def _parse_line(line: str) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, Sequence
@@ -148,15 +149,17 @@ class TipStore(TipSearch):
         Path(path).write_text("".join(rec.row_to_json(r) + "\n" for r in rows), encoding="utf-8")
         return len(rows)
 
-    def import_jsonl(self, path: str | Path) -> ImportResult:
+    def import_jsonl(self, path: str | Path, *, check: Callable[[str, int], str | None] | None = None) -> ImportResult:
         """Import a JSONL tip file (format: `records` module docstring). Every line is validated
-        first; any bad line raises ValueError listing line numbers and nothing is imported; so does
-        a file without a single tip (most likely the wrong file). Duplicate texts are skipped; the
-        partition cap applies (oldest evicted)."""
-        with open(path, encoding="utf-8") as fh:
-            records = rec.parse_jsonl(fh)
+        first, and its (task, variation) by `check` when given (a message for a partition no episode
+        can read, `records.refuse_partitions`); any bad line raises ValueError listing line numbers and
+        nothing is imported; so does a file without a single tip (most likely the wrong file).
+        Duplicate texts are skipped; the partition cap applies (oldest evicted)."""
+        lines = Path(path).read_text(encoding="utf-8").splitlines(keepends=True)
+        records = rec.parse_jsonl(lines)
         if not records:
             raise ValueError(f"{Path(path).name} holds no tips (no non-blank lines); nothing imported")
+        rec.refuse_partitions(lines, records, check)
         vectors = self._embed([r["key_text"] for r in records])
         now = time.time()
         rows = []
