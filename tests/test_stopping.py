@@ -82,7 +82,14 @@ def test_a_stop_during_the_evaluation_before_training_saves_nothing(tmp_path, ti
     line = closing_line("", 12.0, {"EMPO2": [], "GRPO": []}, {"EMPO2": [], "GRPO": []}, [],
                         "seed 0, the evaluation before training: 2 of 6 test episodes")  # fmt: skip
     assert line == ("stopped during seed 0, the evaluation before training: 2 of 6 test episodes after 12 s · "
-                    "nothing ran · no iteration finished; nothing saved")  # fmt: skip
+                    "no evaluation or iteration finished; nothing saved")  # fmt: skip
+    # an evaluation finished, no iteration: its rows are kept, no weights were saved (a new user read
+    # "nothing saved" beside a session holding the evaluation's 12 episodes)
+    evals = {"EMPO2": [{"seed": 0, "iteration": 0}], "GRPO": [{"seed": 0, "iteration": 0}]}
+    line = closing_line("", 46.0, {"EMPO2": [], "GRPO": []}, evals, [], "seed 0, iteration 1 of 15 · EMPO²")
+    assert line == ("stopped during seed 0, iteration 1 of 15 · EMPO² after 46 s · seed 0: iterations EMPO² 0, "
+                    "GRPO 0; 1 evaluation(s) · no iteration finished: no checkpoint saved; the finished "
+                    "evaluations are kept in the race's sessions")  # fmt: skip
 
 
 def test_a_stop_inside_an_iteration_keeps_each_arms_last_finished_one(tmp_path, tiny_policy):

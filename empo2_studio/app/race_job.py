@@ -9,7 +9,7 @@ job's first estimate come from the same `race_countdown`, so they agree.
 
 A Stop cuts the step in progress (`stopping`): every finished iteration and evaluation row stays, each
 arm keeps the checkpoint of its last finished iteration, and the closing line says what ran and what
-was saved ("no iteration finished; nothing saved" when that is so).
+was saved ("no evaluation or iteration finished; nothing saved" when that is so).
 """
 
 from __future__ import annotations
@@ -178,8 +178,13 @@ def closing_line(verdict: str, elapsed: float, rows: dict[str, list[dict]], eval
         n_evals += any(r["seed"] == seed and not r["iteration"] for v in evals.values() for r in v)
         arms = ", ".join(f"{a} {n}" for a, n in its.items())
         ran.append(f"seed {seed}: iterations {arms}; {n_evals} evaluation(s)")
-    what = "; ".join(ran) if ran else "nothing ran"
-    kept = "checkpoints saved: " + ", ".join(saved) if saved else "no iteration finished; nothing saved"
+    what = "; ".join(ran)
+    if saved:
+        kept = "checkpoints saved: " + ", ".join(saved)
+    elif ran:  # an evaluation finished: its rows and episodes are in the sessions, no weights changed
+        kept = "no iteration finished: no checkpoint saved; the finished evaluations are kept in the race's sessions"
+    else:
+        kept = "no evaluation or iteration finished; nothing saved"
     head = f"stopped during {stopped_during} after {minutes_text(elapsed)}" if stopped_during else (
         f"finished in {minutes_text(elapsed)}")  # fmt: skip
     return " · ".join(x for x in (verdict, head, what, kept) if x)
