@@ -317,6 +317,10 @@ def test_whole_number_reads_form_values_and_names_every_bad_one():
         with pytest.raises(ValueError) as err:
             h.whole_number(value, "x", 1)
         assert str(err.value) == message
+    assert h.whole_number(10, "x", 1, 10) == 10
+    for value, message in [(11, "x must be a whole number in 1…10, got 11"), (None, "x is empty; enter a whole number in 1…10")]:
+        with pytest.raises(ValueError, match=message):
+            h.whole_number(value, "x", 1, 10)
 
 
 # ---- tips tab --------------------------------------------------------------------------------------
@@ -567,8 +571,10 @@ def test_a_fractional_or_non_numeric_variation_is_refused_not_rounded(studio):
 def test_sizes_past_the_caps_are_refused_before_a_job_starts(studio):
     """/race's step limit and /train's iterations have upper bounds (1000 steps, 10000 iterations)."""
     before = len(studio.jobs.jobs())
-    with pytest.raises(gr.Error, match="env.step_limit must be in 1…1000 .* got 1000000000"):
-        rc.start_race(studio, RUN, 1, 2, 10**9)
+    with pytest.raises(gr.Error, match="step limit must be a whole number in 1…1000, got 1000000000"):
+        rc.start_race(studio, RUN, 1, 2, 10**9)  # the form's name for it, whatever the environment
+    with pytest.raises(gr.Error, match="iterations must be a whole number in 1…10000, got 1000000000"):
+        rc.start_race(studio, RUN, 10**9, 2, 3)
     values = tt.config_form_values(studio, RUN)
     values[tt.TRAIN_FIELDS.index(("train", "iterations"))] = 10**9
     with pytest.raises(gr.Error, match="train.iterations must be ≤ 10000, got 1000000000"):

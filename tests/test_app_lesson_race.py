@@ -120,7 +120,8 @@ def test_race_runs_both_arms_and_leaves_the_studio_consistent(studio):
     trainer = studio.trainer(RUN)
     trainer.step()  # unsaved progress of the session's trainer: the race checkpoints it first
     for bad, match in [((0, 1), "evaluate every must be a whole number ≥ 0, got -1"),
-                       ((1, 0), "seeds must be a whole number ≥ 1, got 0"), ((1, 11), "seeds must be 1 … 10, got 11")]:
+                       ((1, 0), "seeds must be a whole number in 1…10, got 0"),
+                       ((1, 11), "seeds must be a whole number in 1…10, got 11")]:  # fmt: skip
         with pytest.raises(gr.Error, match=match):
             rc.start_race(studio, RUN, 1, 2, 2, "open", bad[0] - 1 if bad[0] == 0 else bad[0], bad[1])
     # two seeds, evaluated before the first iteration and after it (every 1)
@@ -279,4 +280,9 @@ def test_the_tabs_expected_time_is_the_race_jobs_first_estimate(studio):
     assert rc.race_expected(studio, RUN, *form) == expected_text(countdown)  # what the job starts from
     assert "**Expected time** on this machine: " in rc.race_expected(studio, RUN, *form)
     bad = rc.race_expected(studio, RUN, 0, 8, 8, "auto", 15, 1, 1)
-    assert bad == "**Expected time**: — (iterations must be a whole number ≥ 1, got 0)"
+    assert bad == "**Expected time**: — (iterations must be a whole number in 1…10000, got 0)"
+    # a new user's finds: seeds past the cap said "about 22.8 h" here; 2.5 iterations were rounded to 2
+    assert rc.race_expected(studio, RUN, 15, 8, 8, "auto", 15, 99, 1) == (
+        "**Expected time**: — (seeds must be a whole number in 1…10, got 99)")
+    assert rc.race_expected(studio, RUN, 2.5, 8, 8, "auto", 15, 1, 1) == (
+        "**Expected time**: — (iterations must be a whole number in 1…10000, got 2.5)")

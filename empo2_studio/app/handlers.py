@@ -28,17 +28,22 @@ def refused(message: str) -> gr.Error:
     return gr.Error(message, title=REFUSED, print_exception=False)
 
 
-def whole_number(value: Any, what: str, minimum: int | None = None) -> int:
-    """A form value (a number, or its text) as an int. ValueError naming `what` and the value when it
-    is empty, not a number, fractional (1.5 is not rounded) or below `minimum`."""
-    bound = "" if minimum is None else f" ≥ {minimum}"
+def whole_number(value: Any, what: str, minimum: int | None = None, maximum: int | None = None) -> int:
+    """A form value (a number, or its text) as an int. ValueError naming `what`, the valid range and
+    the value when it is empty, not a number, fractional (1.5 is not rounded), below `minimum` or above
+    `maximum`."""
+    if minimum is not None and maximum is not None:
+        bound = f" in {minimum}…{maximum}"
+    else:
+        bound = f" ≥ {minimum}" if minimum is not None else (f" ≤ {maximum}" if maximum is not None else "")
     if value is None or not str(value).strip():
         raise ValueError(f"{what} is empty; enter a whole number{bound}")
     try:
         number = float(str(value).strip())
     except ValueError:
         number = math.nan
-    if not number.is_integer() or (minimum is not None and number < minimum):
+    if (not number.is_integer() or (minimum is not None and number < minimum)
+            or (maximum is not None and number > maximum)):  # fmt: skip
         raise ValueError(f"{what} must be a whole number{bound}, got {value!r}")
     return int(number)
 

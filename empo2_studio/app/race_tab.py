@@ -1,4 +1,4 @@
-"""The Race tab: EMPO² vs GRPO from the same untrained weights, interleaved iterations (see `race.py`).
+"""The Race tab: EMPO² vs GRPO from the same starting weights, interleaved iterations (see `race.py`).
 
 Arm "EMPO²" trains with the open session's config, arm "GRPO" with the same config minus memory
 rollouts and the novelty bonus. Each arm gets its own session (`<session>-race-empo2` / `-race-grpo`,
@@ -35,7 +35,7 @@ from empo2_studio.app.handlers import user_errors, whole_number
 from empo2_studio.app.job_panel import JobPanel
 from empo2_studio.app.jobs import readable_error
 from empo2_studio.app.race_job import expected_text, race_countdown, run_race_job
-from empo2_studio.config import EMBEDDED_MODEL, EnvConfig
+from empo2_studio.config import EMBEDDED_MODEL, MAX_ITERATIONS, MAX_STEP_LIMIT, EnvConfig
 from empo2_studio.envs.trap import TrapEnv
 from empo2_studio.race import ARM_LABELS, arm_rows_summary
 
@@ -133,12 +133,17 @@ def race_config(studio: Studio, run_id: str, iterations: Any, group_size: Any, s
     iterations and test episodes per layout (a blank step limit or `eval_repeats` keeps the target's).
     ValueError names a bad value."""
     cfg = race_target(studio, run_id, target)[1]
-    limit = cfg.env.step_limit if step_limit in (None, "") else whole_number(step_limit, "step limit", 1)
+    limit = cfg.env.step_limit if step_limit in (None, "") else whole_number(step_limit, "step limit", 1, MAX_STEP_LIMIT)
     repeats = cfg.train.eval_repeats if eval_repeats in (None, "") else whole_number(eval_repeats, "test episodes per layout", 1)
     return cfg.with_overrides(
         rollout={"group_size": whole_number(group_size, "group size", 2)}, env={"step_limit": limit},
-        train={"iterations": whole_number(iterations, "iterations", 1), "eval_repeats": repeats},
+        train={"iterations": whole_number(iterations, "iterations", 1, MAX_ITERATIONS), "eval_repeats": repeats},
     ).validate()  # fmt: skip
+
+
+def race_counts(eval_every: Any, seeds: Any) -> tuple[int, int]:
+    """(evaluate every, seeds) from the form; ValueError names a bad one (seeds: 1 … `MAX_SEEDS`)."""
+    return whole_number(eval_every, "evaluate every", 0), whole_number(seeds, "seeds", 1, MAX_SEEDS)
 
 
 def race_expected(studio: Studio, run_id: str, iterations: Any, group_size: Any, step_limit: Any,
@@ -147,7 +152,7 @@ def race_expected(studio: Studio, run_id: str, iterations: Any, group_size: Any,
     the job starts from), or what is wrong with a value."""
     try:
         cfg = race_config(studio, run_id, iterations, group_size, step_limit, target, eval_repeats)
-        every, n_seeds = whole_number(eval_every, "evaluate every", 0), whole_number(seeds, "seeds", 1)
+        every, n_seeds = race_counts(eval_every, seeds)
     except (ValueError, KeyError) as exc:  # a half-typed form or a session not made yet: say so, no error
         return f"**Expected time**: — ({readable_error(exc)})"
     return expected_text(race_countdown(studio, cfg, cfg.train.iterations, every, n_seeds))
@@ -170,10 +175,7 @@ def start_race(studio: Studio, run_id: str, iterations: Any, group_size: Any, st
     if studio.jobs.running(JOB_KIND):
         raise ValueError("a race is already running; stop it first")
     cfg = race_config(studio, run_id, iterations, group_size, step_limit, target, eval_repeats)
-    every = whole_number(eval_every, "evaluate every", 0)
-    n_seeds = whole_number(seeds, "seeds", 1)
-    if n_seeds > MAX_SEEDS:
-        raise ValueError(f"seeds must be 1 … {MAX_SEEDS}, got {n_seeds}")
+    every, n_seeds = race_counts(eval_every, seeds)
     base = race_target(studio, run_id, target)[0]
     studio.check_compatible(cfg)
     n = cfg.train.iterations
@@ -199,14 +201,14 @@ def poll_race(studio: Studio, job_id: str | None, seen: Any) -> tuple[Any, ...]:
 
 
 INTRO = (
-    "**EMPO² vs GRPO.** Two runs from the same untrained weights, trained side by side with interleaved "
+    "**EMPO² vs GRPO.** Two runs from the same starting weights (the model as loaded, with its warm start, before any RL), trained side by side with interleaved "
     "iterations: **EMPO²** with the raced config, **GRPO** the same without memory rollouts "
     "(p = 0) and without the novelty bonus; GRPO never reads tips, so it writes none. The claim to check "
     "is the paper's: after training, EMPO²'s policy *without memory* solves more unseen layouts than GRPO's. "
     "*Evaluate every* plays every test layout without tips (*test episodes per layout* times each, T = 0.4) "
     "before the first iteration, every so many iterations and after the last: the right-hand panel, with the "
     "lowest–highest band once several seeds have run. Each arm has its own session (`<session>-race-empo2`, "
-    "`-race-grpo`, `-race2-…` for the next seed: compare them in the Sessions tab). **Class race** (the "
+    "`-race-grpo`; `-race2-…`, `-race3-…` for the next seed or the next race: compare them in the Sessions tab). **Class race** (the "
     "defaults) is sized for a lesson period; **Benchmark race** is the benchmark's 60 iterations for one seed. "
     "■ Stop ends the race within one lock-step, keeping every finished row and each arm's last finished "
     "iteration."
@@ -235,14 +237,14 @@ def build_race_tab(studio: Studio, run_id: gr.State) -> dict[str, Any]:
     choices0 = target_choices(studio, rid0)
     with gr.Row():
         target = gr.Radio(choices0, value=choices0[0][1], label="Race on", elem_id="rc-target")
-        iterations = gr.Number(iterations0, label="Iterations", precision=0, elem_id="rc-iterations")
-        group = gr.Number(group0, label="Group size N", precision=0, elem_id="rc-group")
-        limit = gr.Number(limit0, label="Step limit (blank = the task's)", precision=0, elem_id="rc-step-limit")
-        every = gr.Number(RACE_FORM["eval_every"], label="Evaluate every (iterations; 0 = never)", precision=0,
+        iterations = gr.Number(iterations0, label="Iterations", precision=None, elem_id="rc-iterations")
+        group = gr.Number(group0, label="Group size N", precision=None, elem_id="rc-group")
+        limit = gr.Number(limit0, label="Step limit (blank = the task's)", precision=None, elem_id="rc-step-limit")
+        every = gr.Number(RACE_FORM["eval_every"], label="Evaluate every (iterations; 0 = never)", precision=None,
                           elem_id="rc-eval-every")  # fmt: skip
-        repeats = gr.Number(RACE_FORM["eval_repeats"], label="Test episodes per layout", precision=0,
+        repeats = gr.Number(RACE_FORM["eval_repeats"], label="Test episodes per layout", precision=None,
                             elem_id="rc-eval-repeats")  # fmt: skip
-        seeds = gr.Number(RACE_FORM["seeds"], label=f"Seeds (1–{MAX_SEEDS})", precision=0, elem_id="rc-seeds")
+        seeds = gr.Number(RACE_FORM["seeds"], label=f"Seeds (1–{MAX_SEEDS})", precision=None, elem_id="rc-seeds")
     form = [run_id, iterations, group, limit, target, every, seeds, repeats]
     with gr.Row():
         class_preset = gr.Button("Class race", size="sm", elem_id="rc-preset-class")
@@ -263,13 +265,18 @@ def build_race_tab(studio: Studio, run_id: gr.State) -> dict[str, Any]:
     for box in (iterations, group, limit, target, every, seeds, repeats):
         box.change(partial(race_expected, studio), form, expected, show_progress="hidden")
 
-    def preset(name: str) -> list[Any]:
-        """A preset's values into the form (the expected time follows through the change events)."""
+    def preset(name: str, rid: str, picked: str) -> list[Any]:
+        """A preset's values into the form, the step limit the target's own (so a preset also undoes a
+        mistyped one); the expected time follows through the change events."""
         p = PRESETS[name]
-        return [p["iterations"], p["group_size"], p["eval_every"], p["seeds"], p["eval_repeats"]]
+        try:
+            limit_value: Any = race_target(studio, rid, picked)[1].env.step_limit
+        except (ValueError, KeyError):  # no such session any more: leave the field as it is
+            limit_value = gr.skip()
+        return [p["iterations"], p["group_size"], p["eval_every"], p["seeds"], p["eval_repeats"], limit_value]
 
     for button, name in ((class_preset, "class"), (bench_preset, "benchmark")):
-        button.click(partial(preset, name), [], [iterations, group, every, seeds, repeats])
+        button.click(partial(preset, name), [run_id, target], [iterations, group, every, seeds, repeats, limit])
 
     def pick(rid: str, picked: str) -> dict[Any, Any]:
         """Another target picked: its group size and step limit."""

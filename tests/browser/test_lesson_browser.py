@@ -68,6 +68,8 @@ def test_race_draws_both_arms_their_evaluations_and_a_verdict(page, studio_url, 
     form = ("iterations", "eval-every", "seeds", "step-limit", "eval-repeats")
     assert [page.locator(f"#rc-{k} input").input_value() for k in form] == ["15", "15", "1", "8", "1"]
     class_time = page.locator("#rc-expected").inner_text()
+    page.locator("#rc-step-limit input").fill("-1")  # a typo the preset must undo (a new user's find)
+    page.locator("#rc-expected").get_by_text("step limit must be a whole number in 1…1000, got -1").wait_for()
     page.locator("#rc-preset-benchmark").click()  # the benchmark race, one click away, with its own time
     page.wait_for_function("document.querySelector('#rc-iterations input').value === '60'")
     assert [page.locator(f"#rc-{k} input").input_value() for k in form] == ["60", "10", "1", "8", "4"]
