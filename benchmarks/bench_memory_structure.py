@@ -19,14 +19,15 @@ the shown entries with a place, and per memory step), tips cut by the budget. Th
 over seeds of the mean over memory trials, with a 95 % t-interval over seeds (n = 3: t = 4.303), and the
 paired difference against `flat`.
 
-Memory-free success after distillation (`--distill-steps K`, 0 = not measured): after an arm's last
-trial, the episodes of its last `--distill-trials` trials (1: the memory at its fullest) go through K
-updates, as the Lesson's *Distill now* does (paper §4.2, mode (b): a memory arm's episodes are scored
-without their tips, `off-policy`; the no-memory arm's are its own naive episodes, so its update is the
-plain `on-policy` one: the same compute on what it played). Each trial is one group for the advantages.
-Then `--group` episodes without memory on the same layout (the sampler seed of trial T + 1, the same in
-every arm), and the arm's weights are put back to the start. Five updates on a no-memory arm's 18 long
-episodes took over 10 minutes on the 2-core CPU, hence one trial by default.
+Memory-free success after distillation (`--distill-steps K`, 0 = not measured), memory arms only: after
+an arm's last trial, its memory episodes of trials 1…T go through K updates, as the Lesson's *Distill now*
+does (paper §4.2, mode (b): scored without their tips, `off-policy`). Their advantages are group-relative
+over every episode played on the layout for the arm, trial 0's memory-free ones included as the baseline
+(trained on: the memory episodes only), the rule of `Trainer.distill` for episodes outside a training
+group: one group per trial would give a trial whose episodes all won no signal at all (a first version
+did, and measured exactly that). Then `--group` episodes without memory on the same layout (the sampler
+seed of trial T + 1, the same in every arm), and the weights are put back. The no-memory arm has no memory
+episodes to distil (five updates on its 18 long naive episodes took over 10 minutes here) and gets "—".
 
 Run:  .venv/bin/python benchmarks/bench_memory_structure.py --threads 1 --result memory-structure-2026-12-06
 Any trap task (`--task`), e.g. a long-horizon one added to `envs/trap_world.py`.
@@ -126,19 +127,19 @@ def run_seed(args, seed: int, policy, writer, context: str, embedder, env, root:
         return play_group(envs, policy, stores.get(arm), task=task, variation=variation, split=args.split,
                           rollout_mode=mode, update_mode=None, temperature=1.0, seed=seed, keep_caches=True)  # fmt: skip
 
-    def distilled(arm: str, trials: list) -> dict:
-        """`--distill-steps` updates on the arm's trials (module docstring), then `--group` episodes
-        without memory; the weights are put back afterwards. {"success", "loss", "seconds"}."""
+    def distilled(baseline: list, trials: list) -> dict:
+        """`--distill-steps` off-policy updates on the memory episodes of `trials`, advantages over them
+        and the memory-free `baseline` (module docstring), then `--group` episodes without memory; the
+        weights are put back afterwards. {"success", "loss", "seconds"}."""
         t0, start = time.perf_counter(), lora_state(policy)
-        mode = "on-policy" if arm == "none" else "off-policy"
         episodes = [e for g in trials for e in g]
-        returns = torch.tensor([[e.return_ for e in g] for g in trials], dtype=torch.float64)
-        advantages = group_advantages(returns, AlgoConfig().adv_eps).flatten().tolist()
+        returns = torch.tensor([[e.return_ for e in [*baseline, *episodes]]], dtype=torch.float64)
+        advantages = group_advantages(returns, AlgoConfig().adv_eps)[0, len(baseline):].tolist()
         train = TrainConfig(learning_rate=args.distill_lr)
         optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=train.learning_rate, weight_decay=train.weight_decay)
         settings = UpdateSettings.from_config(AlgoConfig(), train)
         try:
-            losses = [policy_update(policy, optimizer, episodes, advantages, mode, settings)["loss/policy"]
+            losses = [policy_update(policy, optimizer, episodes, advantages, "off-policy", settings)["loss/policy"]
                       for _ in range(args.distill_steps)]  # fmt: skip
             after = play("none", args.trials + 1)
             for e in after:
@@ -182,8 +183,8 @@ def run_seed(args, seed: int, policy, writer, context: str, embedder, env, root:
             wrong = f", wrong-place {row['wrong_share']:.2f} of {row['placed']:.0f}" if arm in stores else ""
             print(f"  seed {seed} {arm:17s} trial {trial}: success {row['success']:.2f}, steps {row['steps']:.1f}, "
                   f"tips {row['tips']:.0f}{wrong}, budget cut {row['budget_cut']:.0f} [{time.perf_counter() - t0:.0f} s]", flush=True)  # fmt: skip
-        if args.distill_steps:
-            after[arm] = distilled(arm, played[-args.distill_trials:])
+        if args.distill_steps and arm in stores:
+            after[arm] = distilled(first, played)
             print(f"  seed {seed} {arm:17s} after {args.distill_steps} distill steps: memory-free success "
                   f"{after[arm]['success']:.2f} [{after[arm]['seconds']:.0f} s]", flush=True)  # fmt: skip
     return {"layout": variation, "arms": out, "distilled": after}
@@ -218,7 +219,7 @@ def summary(per_seed: dict, arms: list[str], trials: int) -> tuple[dict, str]:
         if "flat" in arms and arm != "flat":
             diff = [a - b for a, b in zip(per(arm, "success"), per("flat", "success"))]
             row["success_minus_flat"] = {"per_seed": diff, "mean": ci95(diff)[0], "ci95": ci95(diff)[1]}
-        if distilled:
+        if distilled and arm != "none":
             vals = [per_seed[s]["distilled"][arm]["success"] for s in seeds]
             row["distilled_success"] = {"per_seed": vals, "mean": ci95(vals)[0], "ci95": ci95(vals)[1]}
         numbers[arm] = row
@@ -247,9 +248,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=2, help="torch CPU threads (1 when two benchmarks share 2 cores)")
     ap.add_argument("--root", type=Path, default=None, help="sessions root (default: $EMPO2_SESSIONS_DIR or ./sessions)")
     ap.add_argument("--distill-steps", type=int, default=0,
-                    help="after each arm: this many updates on its trials, then --group episodes without memory "
-                         "(0: not measured; the Lesson's Distill now runs 5)")
-    ap.add_argument("--distill-trials", type=int, default=1, help="distil the episodes of this many last trials")
+                    help="after each memory arm: this many updates on its memory episodes, then --group episodes "
+                         "without memory (0: not measured; the Lesson's Distill now runs 5)")
     ap.add_argument("--distill-lr", type=float, default=2e-3,
                     help="learning rate of those updates (default: the Lesson's, app.lesson_tab.LESSON_LEARNING_RATE)")
     ap.add_argument("--merge", nargs="+", metavar="NAME", default=None,
@@ -262,9 +262,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("trials", "group", "threads"):
         if getattr(args, name) < 1:
             ap.error(f"--{name} must be ≥ 1, got {getattr(args, name)}")
-    if args.distill_steps < 0 or args.distill_lr <= 0 or not 1 <= args.distill_trials <= args.trials:
-        ap.error(f"--distill-steps must be ≥ 0, --distill-lr > 0 and --distill-trials 1…--trials ({args.trials}); "
-                 f"got {args.distill_steps}, {args.distill_lr} and {args.distill_trials}")
+    if args.distill_steps < 0 or args.distill_lr <= 0:
+        ap.error(f"--distill-steps must be ≥ 0 and --distill-lr > 0, got {args.distill_steps} and {args.distill_lr}")
     if args.budget < 0:
         ap.error(f"--budget must be ≥ 0 (0: no budget), got {args.budget}")
     args.arms = list(dict.fromkeys(args.arms))
@@ -280,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
     per_seed: dict = {}
     about = dict(task=args.task, arms=args.arms, split=args.split, trials=args.trials, group=args.group,
                  step_limit=args.step_limit or env.step_limit(args.task), budget=args.budget, policy=policy.version,
-                 distill_steps=args.distill_steps, distill_lr=args.distill_lr, distill_trials=args.distill_trials)  # fmt: skip
+                 distill_steps=args.distill_steps, distill_lr=args.distill_lr)  # fmt: skip
     for seed in args.seeds:
         per_seed[seed] = run_seed(args, seed, policy, writer, context, embedder, env, root)
         numbers, table = summary(per_seed, args.arms, args.trials)
@@ -294,8 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-SETTINGS = ("task", "arms", "split", "trials", "group", "step_limit", "budget", "policy", "distill_steps", "distill_lr",
-            "distill_trials")
+SETTINGS = ("task", "arms", "split", "trials", "group", "step_limit", "budget", "policy", "distill_steps", "distill_lr")
 """What runs must share to be merged into one table."""
 
 

@@ -22,23 +22,25 @@ def row(success: float, tips: float = 0.0) -> dict:
 
 
 def per_seed(distilled: bool) -> dict:
-    # seed s: flat wins 0.5 in its one memory trial, none 0; after distillation none 0, 0.5, 1 and flat 0.5 each
+    # seed s: flat wins 0.5 in its one memory trial, none 0; after distillation flat 0, 0.5, 1 (none has
+    # no memory episodes to distil)
     out = {}
-    for s, after_none in zip((0, 1, 2), (0.0, 0.5, 1.0)):
+    for s, after in zip((0, 1, 2), (0.0, 0.5, 1.0)):
         out[s] = {"layout": 36 + s, "arms": {"none": [row(0.0), row(0.0)], "flat": [row(0.0), row(0.5, tips=4.0)]},
-                  "distilled": {"none": {"success": after_none}, "flat": {"success": 0.5}} if distilled else {}}
+                  "distilled": {"flat": {"success": after}} if distilled else {}}
     return out
 
 
 def test_the_distillation_column_is_the_seed_mean_with_its_t_interval():
     numbers, table = bench().summary(per_seed(True), ["none", "flat"], trials=1)
-    # none: mean 0.5, sd 0.5, t(2) = 4.303: half-width 4.303 · 0.5 / √3 = 1.2422
-    assert numbers["none"]["distilled_success"]["mean"] == pytest.approx(0.5)
-    assert numbers["none"]["distilled_success"]["ci95"] == pytest.approx(4.303 * 0.5 / 3**0.5)
-    assert numbers["flat"]["distilled_success"] == {"per_seed": [0.5, 0.5, 0.5], "mean": 0.5, "ci95": 0.0}
+    # flat: mean 0.5, sd 0.5, t(2) = 4.303: half-width 4.303 · 0.5 / √3 = 1.2422
+    assert numbers["flat"]["distilled_success"]["per_seed"] == [0.0, 0.5, 1.0]
+    assert numbers["flat"]["distilled_success"]["mean"] == pytest.approx(0.5)
+    assert numbers["flat"]["distilled_success"]["ci95"] == pytest.approx(4.303 * 0.5 / 3**0.5)
+    assert "distilled_success" not in numbers["none"]
     header, _, none_line, flat_line = table.splitlines()
     assert header.endswith("| memory-free success after distillation |")
-    assert none_line.endswith("| 0.50 ± 1.24 |") and flat_line.endswith("| 0.50 ± 0.00 |")
+    assert none_line.endswith("| — |") and flat_line.endswith("| 0.50 ± 1.24 |")
 
 
 def test_no_distillation_column_when_it_was_not_measured():
@@ -52,8 +54,7 @@ def write_run(folder: Path, name: str, seeds: dict, **over) -> None:
     import json
 
     about = {"task": "trap-light-bulb", "arms": ["none", "flat"], "split": "test", "trials": 1, "group": 6,
-             "step_limit": 12, "budget": 64, "policy": "p", "distill_steps": 5, "distill_lr": 2e-3, "distill_trials": 1,
-             **over}
+             "step_limit": 12, "budget": 64, "policy": "p", "distill_steps": 5, "distill_lr": 2e-3, **over}
     (folder / f"{name}.json").write_text(json.dumps({**about, "seconds": 10.0, "results": {"per_seed": seeds}}))
 
 
@@ -64,7 +65,7 @@ def test_merge_joins_the_seeds_of_two_runs_and_refuses_runs_that_differ(tmp_path
     write_run(tmp_path, "a", {"0": seeds[0], "1": seeds[1]})
     write_run(tmp_path, "b", {"2": seeds[2]})
     assert module.merge(["a", "b"], None, []) == 0
-    assert capsys.readouterr().out.splitlines()[2].endswith("| 0.50 ± 1.24 |")  # the three seeds' none row, as above
+    assert capsys.readouterr().out.splitlines()[3].endswith("| 0.50 ± 1.24 |")  # the three seeds' flat row, as above
 
     write_run(tmp_path, "c", {"2": seeds[2]}, group=8)
     with pytest.raises(SystemExit, match="c has group 8, a has 6"):
