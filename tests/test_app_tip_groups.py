@@ -105,3 +105,10 @@ def test_the_episodes_view_says_why_a_structured_memory_chose_a_tip():
                 reward=0.0, score=0.0, observation="o")  # fmt: skip
     html = render.step_html(step, "memory")
     assert f'<span class="e2-why">({why})</span>' in html and html.count('class="e2-why"') == 1
+
+
+def test_merged_sources_read_as_episodes_with_their_counts():
+    """An episode stores one entry per step, so its entries merge into one tip several times; the
+    column said the same ids over and over (a new user's find)."""
+    assert tg.merged_text("ep-0 ep-1 ep-0 ep-1 ep-1 ep-0 ep-1") == "ep-0 ×3, ep-1 ×4"
+    assert tg.merged_text("ep-7") == "ep-7" and tg.merged_text("") == ""

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 GROUP_COLUMNS = ["group", "tips", "retired", "pinned", "episodes", "mean score", "best tips (used/helped)"]
 GROUP_WIDTHS = ["230px", "56px", "80px", "72px", "92px", "108px", "45%"]
 """Widths of `GROUP_COLUMNS`: each header on one line, the rest of the row to the best tips."""
-TIP_COLUMNS = ["id", "text", "used", "helped", "pinned", "retired", "why retired", "source episode", "merged from"]
+TIP_COLUMNS = ["id", "text", "used", "helped", "pinned", "retired", "why retired", "source episode", "merged from (episode × entries)"]
 FLAT = ("This session's memory is **flat** (`memory.structure = flat`, the paper's): one list per variation, "
         "no groups. A session created with `--memory.structure structured` groups its tips by place.")  # fmt: skip
 
@@ -58,6 +58,15 @@ def groups_view(studio: Studio, run_id: str) -> tuple[pd.DataFrame, Any, str]:
     return pd.DataFrame(rows, columns=GROUP_COLUMNS), gr.Dropdown(choices=labels, value=labels[0] if labels else None), status
 
 
+def merged_text(sources: str) -> str:
+    """`merged_sources` for reading: each episode once, with how many of its entries were merged in
+    (an episode stores one entry per step, so one episode often merges several times): "a ×3, b"."""
+    counts: dict[str, int] = {}
+    for episode_id in sources.split():
+        counts[episode_id] = counts.get(episode_id, 0) + 1
+    return ", ".join(e if n == 1 else f"{e} ×{n}" for e, n in counts.items())
+
+
 @user_errors
 def group_tips(studio: Studio, run_id: str, label: str | None) -> tuple[pd.DataFrame, Any]:
     """(tips of the picked group, selection update): pinned first, then the best record."""
@@ -66,7 +75,7 @@ def group_tips(studio: Studio, run_id: str, label: str | None) -> tuple[pd.DataF
         return pd.DataFrame(columns=TIP_COLUMNS), gr.Dropdown(choices=[], value=[], multiselect=True)
     rows = store.group_rows(*_key(label))
     data = [[r["id"], r["text"], r["used"], r["helped"], r["pinned"], r["retired"], r["retired_reason"],
-             r["source_episode_id"], r["merged_sources"]] for r in rows]  # fmt: skip
+             r["source_episode_id"], merged_text(r["merged_sources"])] for r in rows]  # fmt: skip
     choices = [(f"{r['id'][:8]} · {r['text'][:50]}", r["id"]) for r in rows]
     return pd.DataFrame(data, columns=TIP_COLUMNS), gr.Dropdown(choices=choices, value=[], multiselect=True)
 
