@@ -79,10 +79,18 @@ def test_a_stop_during_the_evaluation_before_training_saves_nothing(tmp_path, ti
     assert len(progress) < 3
     assert race.saved == {} and race.evals == {"EMPO2": [], "GRPO": []}
     assert all(t.session.checkpoints() == [] and t.session.metrics() == [] for t in race.trainers.values())
+    from empo2_studio.app.race_job import drop_empty_sessions
+
+    dirs = {arm: t.session.dir for arm, t in race.trainers.items()}
+    race.trainers["GRPO"].session.append_metrics({"iteration": 0, "kind": "eval"})
+    assert drop_empty_sessions(race) == {} and all(d.exists() for d in dirs.values())  # one arm recorded: both kept
+    (dirs["GRPO"] / "metrics.jsonl").unlink()
+    assert drop_empty_sessions(race) == {arm: t.session.run_id for arm, t in race.trainers.items()}
+    assert not any(d.exists() for d in dirs.values())
     line = closing_line("", 12.0, {"EMPO2": [], "GRPO": []}, {"EMPO2": [], "GRPO": []}, [],
                         "seed 0, the evaluation before training: 2 of 6 test episodes")  # fmt: skip
     assert line == ("stopped during seed 0, the evaluation before training: 2 of 6 test episodes after 12 s · "
-                    "no evaluation or iteration finished; nothing saved")  # fmt: skip
+                    "no evaluation or iteration finished; nothing saved, no session kept")  # fmt: skip
     # an evaluation finished, no iteration: its rows are kept, no weights were saved (a new user read
     # "nothing saved" beside a session holding the evaluation's 12 episodes)
     evals = {"EMPO2": [{"seed": 0, "iteration": 0}], "GRPO": [{"seed": 0, "iteration": 0}]}

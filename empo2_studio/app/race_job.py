@@ -15,6 +15,7 @@ was saved ("no evaluation or iteration finished; nothing saved" when that is so)
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -153,6 +154,9 @@ def run_race_job(studio: Studio, job: Job, *, run_id: str, cfg: Any, iterations:
             finally:
                 saved += [f"{race.trainers[a].session.run_id} (iteration {race.trainers[a].iteration})" for a in race.saved]
                 race.close()
+                for arm, run in drop_empty_sessions(race).items():
+                    sessions[arm].remove(run)
+                job.update(sessions={a: list(v) for a, v in sessions.items()})
                 del race
             if stopped:
                 break
@@ -164,6 +168,19 @@ def run_race_job(studio: Studio, job: Job, *, run_id: str, cfg: Any, iterations:
         return {"rows": _copy(rows), "evals": _copy(evals), "verdict": verdict, "saved": saved, "stopped": stopped}
     finally:
         studio.fresh_policy()  # leave the shared model as the studio expects it ("fresh")
+
+
+def drop_empty_sessions(race: Race) -> dict[str, str]:
+    """Remove the race's session folders when none of them recorded anything (no metrics row, episode or
+    checkpoint: a race stopped before its first evaluation finished), so a quick Start and Stop leaves no
+    empty `-race-` sessions behind. A seed where any arm recorded something keeps both. Returns arm →
+    removed run id."""
+    sessions = {arm: t.session for arm, t in race.trainers.items()}
+    if any(s.metrics() or s.episodes() or s.checkpoints() for s in sessions.values()):
+        return {}
+    for s in sessions.values():
+        shutil.rmtree(s.dir, ignore_errors=True)
+    return {arm: s.run_id for arm, s in sessions.items()}
 
 
 def closing_line(verdict: str, elapsed: float, rows: dict[str, list[dict]], evals: dict[str, list[dict]],
@@ -184,7 +201,7 @@ def closing_line(verdict: str, elapsed: float, rows: dict[str, list[dict]], eval
     elif ran:  # an evaluation finished: its rows and episodes are in the sessions, no weights changed
         kept = "no iteration finished: no checkpoint saved; the finished evaluations are kept in the race's sessions"
     else:
-        kept = "no evaluation or iteration finished; nothing saved"
+        kept = "no evaluation or iteration finished; nothing saved, no session kept"
     head = f"stopped during {stopped_during} after {minutes_text(elapsed)}" if stopped_during else (
         f"finished in {minutes_text(elapsed)}")  # fmt: skip
     return " · ".join(x for x in (verdict, head, what, kept) if x)
