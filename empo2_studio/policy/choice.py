@@ -1,5 +1,5 @@
 """Whole-action choice (`policy.decoding = "action"`): the step's action is drawn from a categorical over
-its valid actions, scored by the free model (method.md §6: TWOSOME, GLAM, POAD score whole actions).
+its valid actions, scored by the free model (as TWOSOME, GLAM and POAD score whole actions).
 
 For a step with prompt ids `p` and valid actions a_1 … a_K, each candidate is the token sequence the
 action would be recorded as, c_k = encode(a_k) + <end of turn> (what constrained decoding samples).
