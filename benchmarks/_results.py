@@ -1,7 +1,7 @@
 """What a benchmark run leaves in git: `benchmarks/results/NAME.json` (`--result NAME` on every bench_*.py).
 
-A result is small and committed: the command that produced it, the commit it ran at (and whether the
-tree had uncommitted changes), the date, the machine, the seconds it took, the seeds, and the numbers the
+A result is small and committed: the command that produced it, the commit it started at (and whether
+the tree had uncommitted changes then), the date, the machine, the seconds it took, the seeds, and the numbers the
 run measured, per seed where the benchmark has seeds. Episodes, tips and checkpoints stay in the run's
 folder under sessions/ (not in git). A table in docs/benchmarks/*.md marked `<!-- result: NAME -->` is
 checked against the file by tests/test_benchmark_results.py (docs/benchmarks/README.md, "Traced numbers").
@@ -48,6 +48,11 @@ def commit() -> tuple[str, bool]:
     return head, bool(dirty)
 
 
+STARTED_AT = commit()
+"""The commit (and dirty flag) when the benchmark started: what a result records, since its code is
+loaded at the start and later commits made while a long run goes on did not run in it."""
+
+
 def machine() -> dict:
     """The CPU, its cores and the load average when the run ended (the numbers depend on all three)."""
     cpu = platform.processor() or platform.machine()
@@ -85,7 +90,7 @@ def write_result(name: str | None, script: str, argv: list[str] | None, started:
     every part, so that a run stopped early still leaves what it measured."""
     if name is None:
         return None
-    head, dirty = commit()
+    head, dirty = STARTED_AT
     data = {
         "command": command_line(script, argv),
         "commit": head,

@@ -68,6 +68,8 @@ from _results import RESULTS, add_result_option, write_result  # noqa: E402
 
 MEMORY_ARMS = ("flat", "flat-counts", "groups", "structured", "structured-random")
 ARMS = ("none", *MEMORY_ARMS)
+DISTILL_RULE = "memory episodes of trials 1…T; advantages over the arm's episodes on the layout, trial 0 as baseline"
+"""How the distillation column is made, recorded with a result so runs of another rule never merge."""
 T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
 """Two-sided 95 % Student t quantile by degrees of freedom (n seeds − 1)."""
 
@@ -279,7 +281,8 @@ def main(argv: list[str] | None = None) -> int:
     per_seed: dict = {}
     about = dict(task=args.task, arms=args.arms, split=args.split, trials=args.trials, group=args.group,
                  step_limit=args.step_limit or env.step_limit(args.task), budget=args.budget, policy=policy.version,
-                 distill_steps=args.distill_steps, distill_lr=args.distill_lr)  # fmt: skip
+                 distill_steps=args.distill_steps, distill_lr=args.distill_lr,
+                 distill_rule=DISTILL_RULE if args.distill_steps else None)  # fmt: skip
     for seed in args.seeds:
         per_seed[seed] = run_seed(args, seed, policy, writer, context, embedder, env, root)
         numbers, table = summary(per_seed, args.arms, args.trials)
@@ -293,7 +296,8 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-SETTINGS = ("task", "arms", "split", "trials", "group", "step_limit", "budget", "policy", "distill_steps", "distill_lr")
+SETTINGS = ("task", "arms", "split", "trials", "group", "step_limit", "budget", "policy", "distill_steps", "distill_lr",
+            "distill_rule")
 """What runs must share to be merged into one table."""
 
 

@@ -119,7 +119,8 @@ def check_tip_file(path: Path, env: EnvConfig, *, structured: bool = False) -> N
         raise UsageError(f"no such file: {path}")
     world = make_env(env)
     try:
-        lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+        with open(path, encoding="utf-8") as fh:  # lines end at newlines only: a tip may hold U+2028
+            lines = list(fh)
         parsed = (grouped_records if structured else records).parse_jsonl(lines)
         records.refuse_partitions(lines, parsed, partial(partition_error, world))
     except (OSError, UnicodeDecodeError, ValueError) as e:

@@ -247,8 +247,14 @@ def test_tips_list_export_import_reembed(sessions, tmp_path, capsys):
         assert f"line 3: {expected[name]}" in err and "Traceback" not in err, err
     assert main(["tips", "list", "--session", "run-b"]) == 0
     assert "2 of 2 tip(s)" in capsys.readouterr().err
+    # a tip holding a Unicode line separator exports raw (ensure_ascii off) and must import as one line
+    sep = tmp_path / "separator.jsonl"
+    sep.write_text('{"task": "trap-light-bulb", "variation": 2, "text": "first\u2028second", "score": 5}\n', encoding="utf-8")
+    assert "\u2028" in sep.read_text(encoding="utf-8")
+    assert main(["tips", "import", "--session", "run-b", "--file", str(sep)]) == 0, capsys.readouterr().err
+    assert "imported 1 tip(s)" in capsys.readouterr().out
     assert main(["tips", "reembed", "--session", "run-b"]) == 0
-    assert "re-embedded 2 tip(s)" in capsys.readouterr().out
+    assert "re-embedded 3 tip(s)" in capsys.readouterr().out
 
 
 def test_tips_import_of_a_structured_export_into_a_structured_session(sessions, tmp_path, capsys):

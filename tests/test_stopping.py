@@ -85,6 +85,9 @@ def test_a_stop_during_the_evaluation_before_training_saves_nothing(tmp_path, ti
     race.trainers["GRPO"].session.append_metrics({"iteration": 0, "kind": "eval"})
     assert drop_empty_sessions(race) == {} and all(d.exists() for d in dirs.values())  # one arm recorded: both kept
     (dirs["GRPO"] / "metrics.jsonl").unlink()
+    tip = race.trainers["EMPO2"].store.add_tip("trap-light-bulb", 0, "added while the race ran")
+    assert drop_empty_sessions(race) == {} and all(d.exists() for d in dirs.values())  # a tip is kept too
+    race.trainers["EMPO2"].store.delete([tip.tip_id])
     assert drop_empty_sessions(race) == {arm: t.session.run_id for arm, t in race.trainers.items()}
     assert not any(d.exists() for d in dirs.values())
     line = closing_line("", 12.0, {"EMPO2": [], "GRPO": []}, {"EMPO2": [], "GRPO": []}, [],

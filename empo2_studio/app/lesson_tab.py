@@ -79,7 +79,7 @@ def lesson_config(studio: Studio, task: str, run_id: str) -> RunConfig:
 
 def lesson_session(studio: Studio, task: str, *, fresh: bool = False) -> Any:
     """Open (or create) the task's current lesson session; with `fresh`, a new one when the current
-    one has already played episodes (so the lesson starts from untrained weights)."""
+    one has already played episodes (so the lesson starts from the warm start, nothing distilled)."""
     name = lesson_env(task)
     run_id = current_lesson_id(studio, task)
     if (studio.root / run_id / "config.json").is_file():
@@ -257,7 +257,7 @@ def session_markdown(studio: Studio, run_id: str, task: str = TRAP_TASKS[0]) -> 
     exists = (studio.root / run_id / "config.json").is_file()
     where = f"`{run_id}`" if exists else f"`{run_id}` (created when the lesson starts)"
     ckpt = studio.session(run_id).latest_checkpoint() if exists else None
-    weights = f"distilled weights of iteration {ckpt[0]}" if ckpt else "untrained weights"
+    weights = f"distilled weights of iteration {ckpt[0]}" if ckpt else "the warm start (nothing distilled)"
     note = SCIENCEWORLD_NOTE if env == "scienceworld" else ""
     return f"**Lesson session** {where} · {env} env · {weights}{note}\n\n{time_hint(measured_rates(studio, env), task)}"
 

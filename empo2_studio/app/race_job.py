@@ -171,16 +171,18 @@ def run_race_job(studio: Studio, job: Job, *, run_id: str, cfg: Any, iterations:
 
 
 def drop_empty_sessions(race: Race) -> dict[str, str]:
-    """Remove the race's session folders when none of them recorded anything (no metrics row, episode or
-    checkpoint: a race stopped before its first evaluation finished), so a quick Start and Stop leaves no
-    empty `-race-` sessions behind. A seed where any arm recorded something keeps both. Returns arm →
-    removed run id."""
+    """Remove the race's session folders when none of them recorded anything (no metrics row, episode,
+    checkpoint or tip: a race stopped before its first evaluation finished), so a quick Start and Stop
+    leaves no empty `-race-` sessions behind. A seed where any arm recorded something keeps both.
+    Returns arm → run id of each folder actually removed."""
     sessions = {arm: t.session for arm, t in race.trainers.items()}
     if any(s.metrics() or s.episodes() or s.checkpoints() for s in sessions.values()):
         return {}
+    if any(t.store.count() for t in race.trainers.values()):  # tips an arm wrote, or a user added meanwhile
+        return {}
     for s in sessions.values():
         shutil.rmtree(s.dir, ignore_errors=True)
-    return {arm: s.run_id for arm, s in sessions.items()}
+    return {arm: s.run_id for arm, s in sessions.items() if not s.dir.exists()}
 
 
 def closing_line(verdict: str, elapsed: float, rows: dict[str, list[dict]], evals: dict[str, list[dict]],

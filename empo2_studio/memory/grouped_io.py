@@ -132,7 +132,8 @@ class GroupedCuration(TipStore):
         """Import flat or structured JSONL (module docstring). Every line is checked first, places
         included, and (task, variation) by `check` (`records.refuse_partitions`); any bad line raises
         ValueError naming it and nothing is imported."""
-        lines = Path(path).read_text(encoding="utf-8").splitlines(keepends=True)
+        with open(path, encoding="utf-8") as fh:  # lines end at newlines only: a tip may hold U+2028
+            lines = list(fh)
         records = grec.parse_jsonl(lines)
         if not records:
             raise ValueError(f"{Path(path).name} holds no tips (no non-blank lines); nothing imported")

@@ -34,8 +34,8 @@ import functools
 import json
 import math
 import re
-from pathlib import Path
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, Iterable
 
 from lancedb.expr import Expr, col, lit

@@ -155,7 +155,8 @@ class TipStore(TipSearch):
         can read, `records.refuse_partitions`); any bad line raises ValueError listing line numbers and
         nothing is imported; so does a file without a single tip (most likely the wrong file).
         Duplicate texts are skipped; the partition cap applies (oldest evicted)."""
-        lines = Path(path).read_text(encoding="utf-8").splitlines(keepends=True)
+        with open(path, encoding="utf-8") as fh:  # lines end at newlines only: a tip may hold U+2028
+            lines = list(fh)
         records = rec.parse_jsonl(lines)
         if not records:
             raise ValueError(f"{Path(path).name} holds no tips (no non-blank lines); nothing imported")
