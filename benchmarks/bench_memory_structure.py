@@ -206,7 +206,7 @@ def summary(per_seed: dict, arms: list[str], trials: int) -> tuple[dict, str]:
 
     numbers: dict = {}
     distilled = all(per_seed[s].get("distilled") for s in seeds)
-    extra = (" memory-free success after distillation |", "---|") if distilled else ("", "")
+    extra = (" memory-free success after distillation | Δ after distillation vs flat (paired) |", "---|---|") if distilled else ("", "")
     lines = ["| arm | success, trials 1–{0} | Δ success vs flat (paired) | steps per episode | live tips after trial {0} | wrong-place share of shown tips | wrong-place tips per memory step | tips cut by the budget per trial |{1}".format(trials, extra[0]),
              "|---|---|---|---|---|---|---|---|" + extra[1]]  # fmt: skip
     for arm in arms:
@@ -224,6 +224,9 @@ def summary(per_seed: dict, arms: list[str], trials: int) -> tuple[dict, str]:
         if distilled and arm != "none":
             vals = [per_seed[s]["distilled"][arm]["success"] for s in seeds]
             row["distilled_success"] = {"per_seed": vals, "mean": ci95(vals)[0], "ci95": ci95(vals)[1]}
+            if "flat" in arms and arm != "flat":
+                diff = [a - per_seed[s]["distilled"]["flat"]["success"] for a, s in zip(vals, seeds)]
+                row["distilled_minus_flat"] = {"per_seed": diff, "mean": ci95(diff)[0], "ci95": ci95(diff)[1]}
         numbers[arm] = row
 
         def cell(key: str, fmt: str = ".2f") -> str:
@@ -233,7 +236,7 @@ def summary(per_seed: dict, arms: list[str], trials: int) -> tuple[dict, str]:
 
         lines.append(f"| {arm} | {cell('success')} | {cell('success_minus_flat')} | {cell('steps', '.1f')} | "
                      f"{cell('tips_last', '.1f')} | {cell('wrong_share')} | {cell('wrong_per_step')} | {cell('budget_cut', '.1f')} |"
-                     + (f" {cell('distilled_success')} |" if distilled else ""))  # fmt: skip
+                     + (f" {cell('distilled_success')} | {cell('distilled_minus_flat')} |" if distilled else ""))  # fmt: skip
     return numbers, "\n".join(lines)
 
 

@@ -39,8 +39,20 @@ def test_the_distillation_column_is_the_seed_mean_with_its_t_interval():
     assert numbers["flat"]["distilled_success"]["ci95"] == pytest.approx(4.303 * 0.5 / 3**0.5)
     assert "distilled_success" not in numbers["none"]
     header, _, none_line, flat_line = table.splitlines()
-    assert header.endswith("| memory-free success after distillation |")
-    assert none_line.endswith("| — |") and flat_line.endswith("| 0.50 ± 1.24 |")
+    assert header.endswith("| memory-free success after distillation | Δ after distillation vs flat (paired) |")
+    assert none_line.endswith("| — | — |") and flat_line.endswith("| 0.50 ± 1.24 | — |")
+
+
+def test_the_paired_difference_after_distillation_is_per_seed():
+    seeds = per_seed(True)
+    for s, after in zip((0, 1, 2), (1.0, 0.5, 1.0)):  # groups after distillation: 1, 0.5, 1 against flat's 0, 0.5, 1
+        seeds[s]["arms"]["groups"] = [row(0.0), row(0.5)]
+        seeds[s]["distilled"]["groups"] = {"success": after}
+    numbers, table = bench().summary(seeds, ["none", "flat", "groups"], trials=1)
+    # differences 1, 0, 0: mean 1/3, sd 1/√3, half-width 4.303 · (1/√3) / √3 = 1.4343
+    assert numbers["groups"]["distilled_minus_flat"]["per_seed"] == [1.0, 0.0, 0.0]
+    assert numbers["groups"]["distilled_minus_flat"]["ci95"] == pytest.approx(4.303 / 3)
+    assert table.splitlines()[-1].endswith("| 0.83 ± 0.72 | 0.33 ± 1.43 |")
 
 
 def test_no_distillation_column_when_it_was_not_measured():
@@ -65,7 +77,7 @@ def test_merge_joins_the_seeds_of_two_runs_and_refuses_runs_that_differ(tmp_path
     write_run(tmp_path, "a", {"0": seeds[0], "1": seeds[1]})
     write_run(tmp_path, "b", {"2": seeds[2]})
     assert module.merge(["a", "b"], None, []) == 0
-    assert capsys.readouterr().out.splitlines()[3].endswith("| 0.50 ± 1.24 |")  # the three seeds' flat row, as above
+    assert capsys.readouterr().out.splitlines()[3].endswith("| 0.50 ± 1.24 | — |")  # the three seeds' flat row, as above
 
     write_run(tmp_path, "c", {"2": seeds[2]}, group=8)
     with pytest.raises(SystemExit, match="c has group 8, a has 6"):
