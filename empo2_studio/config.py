@@ -88,8 +88,7 @@ class PolicyConfig:
     decoding: Decoding = "constrained"
     """free (the paper): text mapped to the closest valid action; constrained: sampling restricted to
     the step's valid actions (needed by a 135M model, which cannot write valid actions freely); action:
-    one whole valid action drawn from a categorical over them (policy/choice.py; whole actions scored as
-    in TWOSOME and GLAM)."""
+    one whole valid action drawn from a categorical over them (policy/choice.py; as TWOSOME scores them)."""
     choice_norm: ChoiceNorm = "word"
     """Action decoding: a valid action's summed log-prob ÷ its word count, ÷ its token count, or "sum"."""
     choice_pmi: bool = False
