@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import shutil
 from dataclasses import asdict, replace
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -112,21 +111,19 @@ def check_tip_file(path: Path, env: EnvConfig, *, structured: bool = False) -> N
     """Raise UsageError if `path` is not a readable tip JSONL file whose every line is valid (in the
     format of a flat store, or, `structured`, a structured one, which also reads flat lines) and names
     a task and variation of `env` (`envs.partition_error`; the catalogue only, no JVM)."""
-    from empo2_studio.envs import make_env, partition_error
+    from empo2_studio.envs import partition_check
     from empo2_studio.memory import grouped_records, records
 
     if not path.is_file():
         raise UsageError(f"no such file: {path}")
-    world = make_env(env)
     try:
         with open(path, encoding="utf-8") as fh:  # lines end at newlines only: a tip may hold U+2028
             lines = list(fh)
         parsed = (grouped_records if structured else records).parse_jsonl(lines)
-        records.refuse_partitions(lines, parsed, partial(partition_error, world))
+        with partition_check(env) as check:
+            records.refuse_partitions(lines, parsed, check)
     except (OSError, UnicodeDecodeError, ValueError) as e:
         raise UsageError(f"cannot import {path}: {e}") from None
-    finally:
-        world.close()
 
 
 def refuse_config_change(session: Session, cfg: RunConfig) -> None:

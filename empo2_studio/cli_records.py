@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import asdict
-from functools import partial
 from typing import Any
 
 from empo2_studio.cli_checks import OK, check_tip_file, open_session, session_root
@@ -42,13 +41,7 @@ def run_tips(cmd: TipsCmd) -> int:
         n = store.export_jsonl(a.out, **({"task": a.task} if a.task else {}), **({"flat": True} if a.flat and structured else {}))
         print(f"wrote {n} tip(s) to {a.out}")
     elif isinstance(a, TipsImport):
-        from empo2_studio.envs import make_env, partition_error
-
-        world = make_env(session.config.env)  # the catalogue only: no JVM starts
-        try:
-            result = store.import_jsonl(a.file, check=partial(partition_error, world))
-        finally:
-            world.close()
+        result = store.import_jsonl(a.file)  # check_tip_file above refused bad lines and partitions
         print(f"imported {result.added} tip(s), skipped {result.skipped_duplicates} duplicate(s)")
     else:
         print(f"re-embedded {store.reembed(embedder)} tip(s) with {embedder.name!r}")

@@ -294,8 +294,8 @@ INTRO = (
     "**4** distill → **5** naive episodes again. The memory episodes write no tips of their own: the "
     "tips you store here are the only memory. The lesson runs on its own session "
     "(`lesson-<task>`), whatever session this page has open; "
-    "*Play the lesson* starts from the shipped warm start (no lesson distilled) in a new lesson session when the current one has "
-    "already played. Rows appear as they are computed: each variation's, each distill step's."
+    "*Play the lesson* starts from the shipped warm start (no lesson distilled) in a new lesson session "
+    "when the current one has already played. Rows appear as they are computed: each variation's, each distill step's."
 )
 
 

@@ -176,9 +176,9 @@ def drop_empty_sessions(race: Race) -> dict[str, str]:
     leaves no empty `-race-` sessions behind. A seed where any arm recorded something keeps both.
     Returns arm → run id of each folder actually removed."""
     sessions = {arm: t.session for arm, t in race.trainers.items()}
-    if any(s.metrics() or s.episodes() or s.checkpoints() for s in sessions.values()):
-        return {}
-    if any(t.store.count() for t in race.trainers.values()):  # tips an arm wrote, or a user added meanwhile
+    # tips count too: an arm's own, or a user's added meanwhile in the Tips tab
+    if any(t.session.metrics() or t.session.episodes() or t.session.checkpoints() or t.store.count()
+           for t in race.trainers.values()):  # fmt: skip
         return {}
     for s in sessions.values():
         shutil.rmtree(s.dir, ignore_errors=True)

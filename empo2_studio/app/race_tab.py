@@ -201,16 +201,16 @@ def poll_race(studio: Studio, job_id: str | None, seen: Any) -> tuple[Any, ...]:
 
 
 INTRO = (
-    "**EMPO² vs GRPO.** Two runs from the same starting weights (the model as loaded, with its warm start, before any RL), trained side by side with interleaved "
-    "iterations: **EMPO²** with the raced config, **GRPO** the same without memory rollouts "
-    "(p = 0) and without the novelty bonus; GRPO never reads tips, so it writes none. The claim to check "
+    "**EMPO² vs GRPO.** Two runs from the same starting weights (the model as loaded, with its warm start, "
+    "before any RL), trained side by side with interleaved iterations: **EMPO²** with the raced config, "
+    "**GRPO** the same without memory rollouts (p = 0) and without the novelty bonus; GRPO never reads tips, so it writes none. The claim to check "
     "is the paper's: after training, EMPO²'s policy *without memory* solves more unseen layouts than GRPO's. "
     "*Evaluate every* plays every test layout without tips (*test episodes per layout* times each, T = 0.4) "
     "before the first iteration, every so many iterations and after the last: the right-hand panel, with the "
     "lowest–highest band once several seeds have run. Each arm has its own session (`<session>-race-empo2`, "
-    "`-race-grpo`; `-race2-…`, `-race3-…` for the next seed or the next race: compare them in the Sessions tab). **Class race** (the "
-    "defaults) is sized for a lesson period; **Benchmark race** is the benchmark's 60 iterations for one seed. "
-    "■ Stop ends the race within one lock-step, keeping every finished row and each arm's last finished "
+    "`-race-grpo`; `-race2-…`, `-race3-…` for the next seed or the next race: compare them in the Sessions "
+    "tab). **Class race** (the defaults) is sized for a lesson period; **Benchmark race** is the "
+    "benchmark's 60 iterations for one seed. ■ Stop ends the race within one lock-step, keeping every finished row and each arm's last finished "
     "iteration."
 )
 

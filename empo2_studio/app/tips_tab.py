@@ -18,7 +18,7 @@ import pandas as pd
 
 from empo2_studio.app.handlers import kept_on_refusal, refused, user_errors, whole_number
 from empo2_studio.app.tip_groups import build_groups_panel
-from empo2_studio.envs import make_env, partition_error
+from empo2_studio.envs import partition_check
 
 if TYPE_CHECKING:
     from empo2_studio.app.studio import Studio
@@ -46,11 +46,8 @@ def _check_partition(studio: Studio, run_id: str, task: str, variation: Any) -> 
     """The variation as an int once (task, variation) is checked against the session's environment, so
     a tip is never stored where no episode can retrieve it. ValueError names the valid tasks / range."""
     number = whole_number(variation, "the variation", 0)
-    env = make_env(studio.session(run_id).config.env)  # the catalogue only: no JVM starts
-    try:
-        why = partition_error(env, task, number)
-    finally:
-        env.close()
+    with partition_check(studio.session(run_id).config.env) as check:
+        why = check(task, number)
     if why:
         raise ValueError(why)
     return number
@@ -230,11 +227,8 @@ def import_tips(studio: Studio, run_id: str, path: str | None) -> str:
     """Import an uploaded JSONL tip file (all lines valid, or nothing is imported)."""
     if not path:
         raise ValueError("choose a .jsonl file to import")
-    env = make_env(studio.session(run_id).config.env)  # the catalogue only: no JVM starts
-    try:
-        result = studio.store(run_id).import_jsonl(path, check=partial(partition_error, env))
-    finally:
-        env.close()
+    with partition_check(studio.session(run_id).config.env) as check:
+        result = studio.store(run_id).import_jsonl(path, check=check)
     return f"imported {result.added} tip(s), skipped {result.skipped_duplicates} duplicate(s)"
 
 

@@ -6,7 +6,9 @@ Two implementations: `TrapEnv` (pure Python exploration trap, milliseconds per s
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from functools import partial
 from typing import TYPE_CHECKING, Protocol
 
 from empo2_studio.types import Episode, Observation, PromptStyle, Split, StepResult
@@ -161,6 +163,17 @@ def partition_error(env: TextEnv, task: str, variation: int) -> str | None:
         return f"unknown {env.name} task {task!r}; valid tasks: {', '.join(env.task_names())}"
     valid = sorted({v for split in ("train", "dev", "test") for v in env.variations(task, split)})  # type: ignore[arg-type]
     return None if variation in valid else f"{task} has no variation {variation}; valid: {valid[0]}–{valid[-1]}"
+
+
+@contextmanager
+def partition_check(cfg: EnvConfig) -> Iterator[Callable[[str, int], str | None]]:
+    """`partition_error` for the environment of `cfg`, as a (task, variation) → message-or-None callable,
+    its catalogue env closed on exit (no JVM starts): the check every tip entry point shares."""
+    env = make_env(cfg)
+    try:
+        yield partial(partition_error, env)
+    finally:
+        env.close()
 
 
 def __getattr__(name: str):
