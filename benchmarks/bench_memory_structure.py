@@ -86,6 +86,12 @@ def ci95(values: list[float]) -> tuple[float, float]:
     return mean, T95.get(len(values) - 1, 1.96) * statistics.stdev(values) / len(values) ** 0.5
 
 
+def over_seeds(values: list[float]) -> dict:
+    """{"per_seed", "mean", "ci95"}: a measure's per-seed values with `ci95`'s mean and half-width."""
+    mean, half = ci95(values)
+    return {"per_seed": values, "mean": mean, "ci95": half}
+
+
 def live_tips(store, task: str) -> int:
     """Tips a store can still show for `task` (a structured store's retired tips are not counted)."""
     if callable(getattr(store, "groups", None)):
@@ -215,18 +221,18 @@ def summary(per_seed: dict, arms: list[str], trials: int) -> tuple[dict, str]:
             if arm == "none" and key in ("wrong_share", "wrong_per_step", "budget_cut"):
                 continue
             vals = per(arm, key)
-            row[key] = {"per_seed": vals, "mean": ci95(vals)[0], "ci95": ci95(vals)[1]}
+            row[key] = over_seeds(vals)
         last = [per_seed[s]["arms"][arm][trials]["tips"] for s in seeds]
-        row["tips_last"] = {"per_seed": last, "mean": ci95(last)[0], "ci95": ci95(last)[1]}
+        row["tips_last"] = over_seeds(last)
         if "flat" in arms and arm != "flat":
             diff = [a - b for a, b in zip(per(arm, "success"), per("flat", "success"))]
-            row["success_minus_flat"] = {"per_seed": diff, "mean": ci95(diff)[0], "ci95": ci95(diff)[1]}
+            row["success_minus_flat"] = over_seeds(diff)
         if distilled and arm != "none":
             vals = [per_seed[s]["distilled"][arm]["success"] for s in seeds]
-            row["distilled_success"] = {"per_seed": vals, "mean": ci95(vals)[0], "ci95": ci95(vals)[1]}
+            row["distilled_success"] = over_seeds(vals)
             if "flat" in arms and arm != "flat":
                 diff = [a - per_seed[s]["distilled"]["flat"]["success"] for a, s in zip(vals, seeds)]
-                row["distilled_minus_flat"] = {"per_seed": diff, "mean": ci95(diff)[0], "ci95": ci95(diff)[1]}
+                row["distilled_minus_flat"] = over_seeds(diff)
         numbers[arm] = row
 
         def cell(key: str, fmt: str = ".2f") -> str:
