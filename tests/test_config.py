@@ -52,6 +52,23 @@ def test_adv_eps_must_be_positive(eps):
     assert RunConfig().with_overrides(algo={"adv_eps": 1e-8}).validate().algo.adv_eps == 1e-8
 
 
+@pytest.mark.parametrize(
+    ("section", "key", "largest", "message"),
+    [
+        ("rollout", "group_size", 256, "rollout.group_size must be a whole number in 2…256 (a GRPO group), got {v!r}"),
+        ("train", "eval_repeats", 100, "train.eval_repeats must be a positive integer ≤ 100, got {v!r}"),
+        ("train", "iterations", 10000, "train.iterations must be a positive integer ≤ 10000, got {v!r}"),
+    ],
+)
+def test_sizes_have_an_upper_bound(section, key, largest, message):
+    # the largest value passes; one more, or a fraction, is refused with the range in the message
+    assert getattr(getattr(RunConfig().with_overrides(**{section: {key: largest}}).validate(), section), key) == largest
+    for v in (largest + 1, 2.5):
+        with pytest.raises(ValueError) as err:
+            RunConfig().with_overrides(**{section: {key: v}}).validate()
+        assert str(err.value) == message.format(v=v)
+
+
 def test_unknown_keys_are_named():
     with pytest.raises(ValueError, match="clip_lo"):
         RunConfig.from_dict({"algo": {"clip_lo": 0.1}})

@@ -35,7 +35,7 @@ from empo2_studio.app.handlers import user_errors, whole_number
 from empo2_studio.app.job_panel import JobPanel
 from empo2_studio.app.jobs import readable_error
 from empo2_studio.app.race_job import expected_text, race_countdown, run_race_job
-from empo2_studio.config import EMBEDDED_MODEL, MAX_ITERATIONS, MAX_STEP_LIMIT, EnvConfig
+from empo2_studio.config import EMBEDDED_MODEL, MAX_EVAL_REPEATS, MAX_GROUP_SIZE, MAX_ITERATIONS, MAX_STEP_LIMIT, EnvConfig
 from empo2_studio.envs.trap import TrapEnv
 from empo2_studio.race import ARM_LABELS, arm_rows_summary
 
@@ -134,9 +134,9 @@ def race_config(studio: Studio, run_id: str, iterations: Any, group_size: Any, s
     ValueError names a bad value."""
     cfg = race_target(studio, run_id, target)[1]
     limit = cfg.env.step_limit if step_limit in (None, "") else whole_number(step_limit, "step limit", 1, MAX_STEP_LIMIT)
-    repeats = cfg.train.eval_repeats if eval_repeats in (None, "") else whole_number(eval_repeats, "test episodes per layout", 1)
+    repeats = cfg.train.eval_repeats if eval_repeats in (None, "") else whole_number(eval_repeats, "test episodes per layout", 1, MAX_EVAL_REPEATS)
     return cfg.with_overrides(
-        rollout={"group_size": whole_number(group_size, "group size", 2)}, env={"step_limit": limit},
+        rollout={"group_size": whole_number(group_size, "group size", 2, MAX_GROUP_SIZE)}, env={"step_limit": limit},
         train={"iterations": whole_number(iterations, "iterations", 1, MAX_ITERATIONS), "eval_repeats": repeats},
     ).validate()  # fmt: skip
 
