@@ -133,7 +133,8 @@ class Trainer:
             episodes = [ep for g in groups for ep in g]
             advantages = self._advantages(groups)
             self._phase(f"{mode} update: re-scoring {len(episodes)} episodes, backward, optimizer step")
-            metrics = policy_update(self.policy, self.optimizer, episodes, advantages, mode, self.settings)
+            metrics = policy_update(self.policy, self.optimizer, episodes, advantages, mode, self.settings,
+                                    on_progress=lambda line: self._phase(f"{mode} update: {line}"))  # fmt: skip
         self.name_weights(metrics)
         return self._record("train", mode, self.iteration_metrics(metrics, episodes, mode, timings, t_start), episodes)
 
@@ -296,7 +297,8 @@ class Trainer:
         advantages = self._distill_advantages(chosen)
         with rollback_on_stop(self, "iteration"):
             self.iteration += 1
-            metrics = policy_update(self.policy, self.optimizer, chosen, advantages, "off-policy", self.settings)
+            metrics = policy_update(self.policy, self.optimizer, chosen, advantages, "off-policy", self.settings,
+                                    on_progress=lambda line: self._phase(f"off-policy update: {line}"))  # fmt: skip
         self.name_weights(metrics)
         metrics.update({"distill/episodes": float(len(chosen)), "rollout/update_mode": float(MODE_CODE["off-policy"])})
         metrics["time/iteration"] = time.perf_counter() - t0

@@ -49,7 +49,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -123,6 +123,7 @@ def policy_update(
     advantages: Sequence[float],
     update_mode: UpdateMode,
     settings: UpdateSettings,
+    on_progress: Callable[[str], None] | None = None,
 ) -> dict[str, float]:
     """Run `settings.update_epochs` optimizer passes over the episodes' turns.
 
@@ -135,6 +136,9 @@ def policy_update(
             sequence with one per turn (step-level credit, `AlgoConfig.step_advantage_coef`).
         update_mode: selects the conversation the current log-probs are taken on (module table).
         settings: clipping, mask, aggregation, grad clip, epochs, micro-batch size, length limit.
+        on_progress: called with a line before each micro-batch's forward and its backward ("re-scoring
+            episodes 3–4 of 8", "backward through episodes 3–4 of 8"): an update is tens of seconds on
+            a CPU, and a page following it should move at least every 15 s (issue 50).
 
     Returns:
         Metrics (last epoch for loss/ratio/mask, summed times): `loss/policy`, `loss/kl`, `ratio/*`,
@@ -174,7 +178,7 @@ def policy_update(
         metrics.update({"train/tokens": 0.0, "grad/norm": 0.0, "train/no_signal": 1.0, "train/context_tokens": 0.0})
         return metrics
     for k in range(settings.update_epochs):
-        epoch = _one_pass(policy, optimizer, items, update_mode, settings, stoppable=k == 0)
+        epoch = _one_pass(policy, optimizer, items, update_mode, settings, stoppable=k == 0, on_progress=on_progress)
         metrics["time/scoring"] += epoch.pop("time/scoring")
         metrics["time/backward"] += epoch.pop("time/backward")
         skipped = epoch.pop("guard/skipped")
@@ -186,7 +190,7 @@ def policy_update(
 
 def _one_pass(
     policy: Policy, optimizer: torch.optim.Optimizer, items: list, update_mode: UpdateMode, settings: UpdateSettings,
-    stoppable: bool = True,
+    stoppable: bool = True, on_progress: Callable[[str], None] | None = None,
 ) -> dict[str, float]:
     a = settings.algo
     params = [p for p in policy.trainable_parameters() if p.requires_grad]
@@ -202,6 +206,9 @@ def _one_pass(
         if stoppable:  # only before the first optimizer step: a stopped update changes no weight
             raise_if_stopped()
         chunk = items[start : start + step]
+        which = f"episode{f's {start + 1}–' if len(chunk) > 1 else ' '}{start + len(chunk)} of {len(items)}"
+        if on_progress is not None:
+            on_progress(f"re-scoring {which}")
         # Data parallelism: every micro-batch but the last accumulates without a collective, so each
         # rank runs one synchronised backward per pass however many micro-batches it has (scale.sync).
         with sync.micro_batch(start == starts[-1]) if sync is not None else contextlib.nullcontext():
@@ -230,6 +237,8 @@ def _one_pass(
                 sync.before_synced_backward(sums.count)
             if stoppable:  # between the forward and the backward: each is seconds on a loaded CPU
                 raise_if_stopped()
+            if on_progress is not None:
+                on_progress(f"backward through {which}")
             t0 = time.perf_counter()
             total.backward()
             t_back += time.perf_counter() - t0

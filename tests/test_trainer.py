@@ -103,6 +103,8 @@ def test_one_step_changes_lora_weights_and_no_base_weight(tmp_path, tiny_policy)
         *[f"{where}: step {t} of ≤ {limit}" for t in range(1, max(len(ep.steps) for ep in episodes) + 1)],
         "writing the tips of 2 episodes",
         "on-policy update: re-scoring 2 episodes, backward, optimizer step",
+        "on-policy update: re-scoring episodes 1–2 of 2",  # one micro-batch (micro_batch_episodes 2)
+        "on-policy update: backward through episodes 1–2 of 2",
     ]
     after = _named(tiny_policy)
     lora = [n for n in before if "lora_" in n]

@@ -103,13 +103,13 @@ EXPECTED_LOSS = {"token-mean": -5.5 / 8, "seq-mean-token-mean": -3.5 / 4, "seq-m
 
 
 def _update(policy, *, loss_agg="token-mean", micro=2, max_tokens=4500, advantages=ADVANTAGES, episodes=EPISODES,
-            kl_coef=0.0):
+            kl_coef=0.0, on_progress=None):
     settings = UpdateSettings(
         AlgoConfig(loss_agg=loss_agg, kl_coef=kl_coef), grad_clip=100.0, micro_batch_episodes=micro,
         max_train_tokens=max_tokens,
     )
     optimizer = torch.optim.SGD(policy.trainable_parameters(), lr=0.1)
-    return policy_update(policy, optimizer, episodes, advantages, "on-policy", settings)
+    return policy_update(policy, optimizer, episodes, advantages, "on-policy", settings, on_progress=on_progress)
 
 
 @pytest.mark.parametrize("loss_agg", sorted(EXPECTED_LOSS))
@@ -147,6 +147,13 @@ def test_micro_batches_equal_one_batch(loss_agg):
     assert [r[0] for r in runs] == [3, 2, 1]  # episodes scored 1, 2 and 3 at a time
     for r in runs[1:]:
         assert r[1:] == pytest.approx(runs[0][1:], abs=1e-7)
+
+
+def test_progress_names_each_micro_batch_before_its_forward_and_its_backward():
+    lines = []
+    _update(ScoringFake(), micro=2, on_progress=lines.append)
+    assert lines == ["re-scoring episodes 1–2 of 3", "backward through episodes 1–2 of 3",
+                     "re-scoring episode 3 of 3", "backward through episode 3 of 3"]  # fmt: skip
 
 
 @pytest.mark.parametrize("packed", [False, True])
