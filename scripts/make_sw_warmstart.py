@@ -40,6 +40,7 @@ from empo2_studio.envs.scienceworld import HELD_OUT_TASKS, TASK_NAMES, ScienceWo
 from empo2_studio.policy import Turn, prompts  # noqa: E402
 from empo2_studio.types import RetrievedTip  # noqa: E402
 from make_warmstart import _to_half  # noqa: E402
+from warmstart_record import lineage, merged_seen  # noqa: E402
 
 DEFAULT_OUT = ROOT / "assets" / "warmstart" / f"{EMBEDDED_MODEL}-scienceworld"
 DEFAULT_INIT = ROOT / "assets" / "warmstart" / f"{EMBEDDED_MODEL}-route"
@@ -173,6 +174,10 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"--{name.replace('_', '-')} must be a share in [0, 1], got {getattr(args, name)}")
     if not (args.init / "adapter_config.json").is_file():
         ap.error(f"--init {str(args.init)!r} is not an adapter directory (no adapter_config.json)")
+    try:
+        merged_seen({}, args.init)  # an init that cannot say what it saw is refused before the JVMs start
+    except ValueError as exc:
+        ap.error(str(exc))
 
     import torch
 
@@ -253,18 +258,18 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     policy.save_adapter(str(args.out))
     _to_half(args.out / "adapter_model.safetensors")
-    init_meta = args.init / "warmstart.json"
-    init_tasks = json.loads(init_meta.read_text()).get("tasks", {}) if init_meta.is_file() else {}
-    for task, variations in init_tasks.items():  # what the init adapter saw, this one saw too
-        seen[task] = sorted(set(seen.get(task, [])) | set(variations))
+    own = {task: sorted(vs) for task, vs in seen.items()}
+    seen = merged_seen(own, args.init)  # what the init chain saw, this one saw too
     meta = {
         "base_model": EMBEDDED_MODEL,
         "trained_on": "ScienceWorld train/dev variations of the tasks below (never a held-out task): the "
         "mapped gold path played with its plan pinned as a note (likelihood, constrained decoding, compact "
         "prompt; a share of the plans, teleport_share, rewritten to teleport between rooms), and note-free random "
         "walks held to the --init adapter (KL)",
-        "envs": list(dict.fromkeys(["scienceworld"] + (json.loads(init_meta.read_text()).get("envs", []) if init_meta.is_file() else []))),
-        "tasks": seen, "splits": args.splits, "prompt_style": prompts.prompt_style("scienceworld"),
+        "envs": list(dict.fromkeys(["scienceworld"] + json.loads((args.init / "warmstart.json").read_text()).get("envs", []))),
+        "tasks": {t: vs for t, vs in seen.items() if not t.startswith("trap-")}, "seen": seen,
+        "lineage": lineage(f"{args.out.name}: ScienceWorld variations {own}", args.init),
+        "splits": args.splits, "prompt_style": prompts.prompt_style("scienceworld"),
         "init": str(args.init.resolve().relative_to(ROOT)) if args.init.resolve().is_relative_to(ROOT) else str(args.init),
         "variations": args.variations, "per_variation": args.per_variation, "whole_share": args.whole_share,
         "teleport_share": args.teleport_share, "teleported": teleported,
@@ -273,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
         "seconds": round(time.time() - t0, 1), "history": history,
     }  # fmt: skip
     (args.out / "warmstart.json").write_text(json.dumps(meta, indent=1))
-    (args.out / "README.md").write_text(CARD.format(**meta, n_tasks=len(seen)))
+    (args.out / "README.md").write_text(CARD.format(**meta, n_tasks=len(meta["tasks"])))
     print(f"wrote {args.out} in {time.time() - t0:.0f} s")
     return 0
 

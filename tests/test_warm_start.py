@@ -130,7 +130,7 @@ def test_no_shipped_adapter_saw_a_held_out_scienceworld_task():
         meta = json.loads((folder / "warmstart.json").read_text())
         if "scienceworld" in meta.get("envs", []):
             assert meta["tasks"], f"{folder.name} names no ScienceWorld task it saw"
-        seen = set(meta.get("tasks", {}))
+        seen = set(meta["seen"])  # its whole init chain's tasks (scripts/warmstart_record.py)
         assert not seen & set(HELD_OUT_TASKS), f"{folder.name} saw held-out task(s) {sorted(seen & set(HELD_OUT_TASKS))}"
     assert "find-animal" in HELD_OUT_TASKS and len(HELD_OUT_TASKS) == 7
 
@@ -167,8 +167,43 @@ def test_no_shipped_adapter_saw_a_task_the_adaptation_benchmark_adapts_on():
     assert defaults and all(task in TASKS for task in defaults)
     for name in shipped_adapters():
         meta = json.loads((WARM_START_DIR / name / "warmstart.json").read_text())
-        if "trap" not in meta["envs"]:
-            continue
-        seen = set(meta["tasks"])  # a list of names, or ScienceWorld's {task: variations}
+        seen = set(meta["seen"])  # every task of its whole init chain, ScienceWorld's adapter included
         assert seen, f"{name}/warmstart.json names no task it trained on"
         assert not seen & set(defaults), f"{name} trained on {sorted(seen & set(defaults))}, which the adaptation benchmark adapts on"
+
+
+def test_every_shipped_adapter_lists_what_its_whole_init_chain_saw():
+    """A fine-tune keeps what its init learned: `seen` holds the chain's tasks and variations and
+    `lineage` one line per link (the ScienceWorld adapter started from the trap's route adapter, so it
+    saw the trap's search family too)."""
+    for name in shipped_adapters():
+        meta = json.loads((WARM_START_DIR / name / "warmstart.json").read_text())
+        seen, tasks = meta["seen"], meta["tasks"]
+        assert set(tasks) <= set(seen) and all(seen[t] == sorted(set(seen[t])) for t in seen)
+        assert len(meta["lineage"]) >= (3 if meta.get("init") else 1), name
+    route = json.loads((WARM_START_DIR / DEFAULT_WARM_START / "warmstart.json").read_text())
+    assert route["seen"]["trap-water-plant"] == [1, 2, 3, 4, 15, 17, 20, *range(24, 36)]  # dev + --return-trips
+    assert route["seen"]["trap-light-bulb"] == list(range(24, 36))
+    sw = json.loads((WARM_START_DIR / f"{EMBEDDED_MODEL}-scienceworld" / "warmstart.json").read_text())
+    assert {t: sw["seen"][t] for t in route["seen"]} == route["seen"]
+
+
+def test_the_record_joins_an_init_chain_and_refuses_an_init_that_cannot_say(tmp_path):
+    import sys
+
+    sys.path.insert(0, str(WARM_START_DIR.parents[1] / "scripts"))
+    from warmstart_record import lineage, merged_seen
+
+    first = tmp_path / "first"
+    first.mkdir()
+    (first / "warmstart.json").write_text(json.dumps({"seen": {"a": [3, 1]}, "lineage": ["first: a 1, 3"]}))
+    assert merged_seen({"a": [2], "b": [5, 4]}, first) == {"a": [1, 2, 3], "b": [4, 5]}
+    assert merged_seen({"b": [1]}, None) == {"b": [1]}
+    assert lineage("second: b", first) == ["second: b", "init first: first: a 1, 3"]
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "warmstart.json").write_text(json.dumps({"tasks": ["a"]}))  # names tasks, not variations
+    with pytest.raises(ValueError, match="does not say which variations it saw"):
+        merged_seen({}, old)
+    with pytest.raises(ValueError, match="does not say which variations it saw"):
+        merged_seen({}, tmp_path / "no-record")  # a folder with no warmstart.json at all
