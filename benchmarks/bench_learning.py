@@ -121,7 +121,7 @@ def run_trap(args: argparse.Namespace, root: Path, embedder, policy, save) -> di
             if args.eval_variations > 0 and not start_eval:
                 # The starting weights are the same for every arm of a seed, and so is the evaluation's
                 # sampling noise (seeded by the run seed): evaluate them once, before the first update.
-                start_eval.update(trainer.evaluate())
+                start_eval.update(trainer.evaluate(split=args.eval_split))
             for _ in range(args.iterations):
                 report = trainer.step()
                 m = report.metrics
@@ -136,14 +136,14 @@ def run_trap(args: argparse.Namespace, root: Path, embedder, policy, save) -> di
                     flush=True,
                 )
                 if args.eval_every and report.iteration % args.eval_every == 0 and report.iteration < args.iterations:
-                    ev = trainer.evaluate()
+                    ev = trainer.evaluate(split=args.eval_split)
                     results[arm][seed]["evals"].append({"iteration": report.iteration, **ev})
                     print(f"  {arm:5s} seed {seed} eval at {report.iteration}: success {ev['eval/success_rate']:.2f} "
                           f"score {ev['eval/score_mean']:.1f}", flush=True)
             trainer.save_checkpoint()
             results[arm][seed]["time"] = time.perf_counter() - t0  # training only; evaluation is extra
             if args.eval_variations > 0:
-                results[arm][seed]["eval"] = trainer.evaluate()
+                results[arm][seed]["eval"] = trainer.evaluate(split=args.eval_split)
                 save(results)
             trainer.close()
     return results
@@ -310,6 +310,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="test variations evaluated, at the start and the end (default: all 12 of the trap's "
                          "test split; the paper: 20; 0 skips evaluation)")
     ap.add_argument("--eval-repeats", type=int, default=4, help="episodes per test variation (paper: 4)")
+    ap.add_argument("--eval-split", default="test", choices=["test", "dev"],
+                    help="the layouts evaluated: test (what is reported) or dev (what a recipe is chosen on)")
     ap.add_argument("--eval-every", type=int, default=0, metavar="N",
                     help="also evaluate memory-free every N iterations (0: only before the first and after the last)")
     ap.add_argument("--decoding", default="constrained", choices=DECODINGS, help="policy.decoding, both arms")
@@ -349,6 +351,7 @@ def main(argv: list[str] | None = None) -> int:
                    + (f", EMPO² p {args.p_memory}" if args.p_memory is not None else "")
                    + (f", step credit ω {args.step_credit}" if args.step_credit else "")
                    + (", skip flat groups" if args.skip_flat_groups else "")
+                   + (", evaluated on the dev split" if args.eval_split == "dev" else "")
                    + (f", warm start {args.warm_start}" if args.warm_start != PolicyConfig().warm_start else "")
                    + f", decoding {args.decoding}" + (f" ({args.choice_norm}{', PMI' if args.choice_pmi else ''})"
                                                       if args.decoding == "action" else "") + ")")  # fmt: skip

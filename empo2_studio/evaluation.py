@@ -28,7 +28,7 @@ from empo2_studio.envs import EnvPool, check_unseen_task
 from empo2_studio.rollout import (
     mean_score, play_batch, play_group, sampling_seed, seed_policy, success_rate, write_group_tips,
 )  # fmt: skip
-from empo2_studio.types import Episode, RolloutMode
+from empo2_studio.types import Episode, RolloutMode, Split
 
 if TYPE_CHECKING:
     from empo2_studio.config import RunConfig
@@ -49,8 +49,9 @@ def evaluate(
     repeats: int | None = None,
     on_progress: Callable[[int, int, int], None] | None = None,
     width: int | None = None,
+    split: Split = "test",
 ) -> dict[str, float]:
-    """Play the test split without memory and record the result in the session.
+    """Play the test split (or `split`) without memory and record the result in the session.
 
     Args:
         policy: the policy to evaluate (sampled, never updated).
@@ -63,13 +64,15 @@ def evaluate(
             ends, so a page shows an evaluation of minutes filling up.
         width: episodes per lock-step batch (default max(`repeats`, `rollout.group_size`); `repeats`
             plays one layout at a time, benchmarks/bench_eval.py).
+        split: "test" (the reported number) or "dev" (the split recipes are chosen on: docs/benchmarks/
+            README.md, "choose on dev, report test once"); the session's row names it.
 
     Returns:
         {"eval/score_mean", "eval/success_rate", "eval/episodes",
          "eval/<task>/score_mean", "eval/<task>/success_rate"}; scores −100 … 100, rates 0 … 1.
 
     Raises:
-        ValueError: variations, repeats or width < 1.
+        ValueError: variations, repeats or width < 1, or `split` is neither "test" nor "dev".
         StopRequested: the thread's stop event was set (`stopping.stop_scope`): nothing is recorded.
     """
     n_var = cfg.train.eval_variations if variations is None else variations
@@ -77,10 +80,12 @@ def evaluate(
     width = max(n_rep, cfg.rollout.group_size) if width is None else width  # the pool holds a group's envs
     if n_var < 1 or n_rep < 1 or width < 1:
         raise ValueError(f"evaluate needs variations, repeats and width ≥ 1, got {n_var!r}, {n_rep!r} and {width!r}")
+    if split not in ("test", "dev"):
+        raise ValueError(f"evaluate plays the test or the dev split, got {split!r}")
     task = cfg.env.task
     t0 = time.perf_counter()
     group = envs.take(width)
-    test_variations = group[0].variations(task, "test")[:n_var]
+    test_variations = group[0].variations(task, split)[:n_var]
     planned = [v for v in test_variations for _ in range(n_rep)]
     seed_policy(policy, cfg.seed)  # the same sampling noise at every evaluation of a run
     episodes: list[Episode] = []
@@ -93,7 +98,7 @@ def evaluate(
 
     for start in range(0, len(planned), width):
         episodes += play_batch(
-            group, policy, task=task, variations=planned[start : start + width], split="test",
+            group, policy, task=task, variations=planned[start : start + width], split=split,
             temperature=cfg.rollout.eval_temperature, seed=cfg.seed, on_end=count,
         )  # fmt: skip
     score, success = mean_score(episodes), success_rate(episodes)
@@ -106,7 +111,8 @@ def evaluate(
     }
     session.append_episodes(episodes)
     # the seconds go in the row only (not the result): the studio's race reads them as this machine's test-episode time
-    session.append_metrics({"iteration": iteration, "kind": "eval", **result, "time/eval": time.perf_counter() - t0})
+    row = {"iteration": iteration, "kind": "eval", **result, "time/eval": time.perf_counter() - t0}
+    session.append_metrics(row if split == "test" else {**row, "split": split})
     return result
 
 

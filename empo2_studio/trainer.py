@@ -39,7 +39,7 @@ from empo2_studio.envs import EnvPool
 from empo2_studio.rollout import (Timings, draw_update_mode, episode_return, mean_score, play_group, sampling_seed,
                                    seed_policy, state_keys, step_rewards, success_rate, write_group_tips)  # fmt: skip
 from empo2_studio.stopping import rollback_on_stop
-from empo2_studio.types import UPDATE_MODES, Episode, IterationReport, UpdateMode, rollout_mode_of
+from empo2_studio.types import UPDATE_MODES, Episode, IterationReport, Split, UpdateMode, rollout_mode_of
 from empo2_studio.update import UpdateSettings, policy_update
 
 MODE_CODE = {mode: i for i, mode in enumerate(UPDATE_MODES)}
@@ -327,10 +327,10 @@ class Trainer:
     # ---- evaluation, adaptation -------------------------------------------------------------
     def evaluate(self, *, variations: int | None = None, repeats: int | None = None,
                  on_progress: Callable[[int, int, int], None] | None = None, width: int | None = None,
-                 ) -> dict[str, float]:  # fmt: skip
-        """Test-split evaluation of this trainer's policy, without memory (see `evaluation.evaluate`)."""
-        return evaluation.evaluate(self.policy, self.pool, self.cfg, self.session, iteration=self.iteration,
-                                   variations=variations, repeats=repeats, on_progress=on_progress, width=width)  # fmt: skip
+                 split: Split = "test") -> dict[str, float]:  # fmt: skip
+        """Test-split (or dev-split) evaluation of this trainer's policy, without memory (`evaluation.evaluate`)."""
+        return evaluation.evaluate(self.policy, self.pool, self.cfg, self.session, iteration=self.iteration, variations=variations,
+                                   repeats=repeats, on_progress=on_progress, width=width, split=split)  # fmt: skip
 
     def adapt(self, task: str, *, trials: int = 10, on_trial: Callable[[dict[str, float]], None] | None = None,
               stop: threading.Event | None = None) -> list[dict[str, float]]:  # fmt: skip

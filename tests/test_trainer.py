@@ -271,6 +271,18 @@ def test_evaluate_plays_the_layouts_in_batches_as_wide_as_a_group_and_counts_eac
     assert len(trainer.pool._envs) == 3  # no env made beyond the group's
 
 
+def test_evaluate_on_the_dev_split_plays_dev_layouts_and_says_so(tmp_path, tiny_policy):
+    trainer = make_trainer(tmp_path, tiny_policy)
+    trainer.evaluate(split="dev")
+    eps = trainer.session.episodes()
+    assert {e.variation for e in eps} == {24, 25} and {e.split for e in eps} == {"dev"}  # dev starts at 24
+    assert trainer.session.metrics()[-1]["split"] == "dev"
+    trainer.evaluate()
+    assert "split" not in trainer.session.metrics()[-1]  # a test row reads as every test row before it
+    with pytest.raises(ValueError, match="evaluate plays the test or the dev split, got 'train'"):
+        trainer.evaluate(split="train")
+
+
 def test_adapt_keeps_weights_and_grows_the_new_task_memory(tmp_path, tiny_policy):
     trainer = make_trainer(tmp_path, tiny_policy)
     before = _named(tiny_policy)
