@@ -289,7 +289,7 @@ def build_episodes_tab(studio: Studio, run_id: gr.State) -> dict[str, Any]:
         store = gr.Button("Store this tip in the session's memory", size="sm", visible=False,
                           elem_id="ep-store-tip", scale=1)  # fmt: skip
     with gr.Row():
-        seed = gr.Number(0, label="Seed", precision=0, elem_id="ep-seed")
+        seed = gr.Number(0, label="Seed", precision=None, elem_id="ep-seed")
         temperature = gr.Slider(0.05, 2.0, value=0.4, step=0.05, label="Temperature", elem_id="ep-temperature")
         checkpoint = gr.Dropdown(label="Adapter / checkpoint", choices=[("current weights", "current")],
                                  value="current", elem_id="ep-checkpoint")

@@ -307,8 +307,8 @@ def build_lesson_tab(studio: Studio) -> dict[str, Any]:
         first = lesson_defaults(TRAP_TASKS[0])
         variations = gr.Dropdown([str(v) for v in train_variations(first.task)], value=[str(v) for v in first.variations],
                                  multiselect=True, label=f"Variations (train, ≤ {MAX_TIP_BOXES})", elem_id="ls-variations")  # fmt: skip
-        episodes = gr.Number(first.episodes, label="Episodes per variation", precision=0, elem_id="ls-episodes")
-        distill_steps = gr.Number(LessonSettings().distill_steps, label="Distill steps", precision=0, elem_id="ls-distill-steps")
+        episodes = gr.Number(first.episodes, label="Episodes per variation", precision=None, elem_id="ls-episodes")
+        distill_steps = gr.Number(LessonSettings().distill_steps, label="Distill steps", precision=None, elem_id="ls-distill-steps")
     session_md = gr.Markdown(elem_id="ls-session")
     gr.Markdown("**Curated tips** (stage 2 stores exactly what these boxes say; pre-filled with where the "
                 "target is and the winning actions)")

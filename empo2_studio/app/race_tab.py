@@ -244,7 +244,7 @@ def build_race_tab(studio: Studio, run_id: gr.State) -> dict[str, Any]:
         limit = gr.Number(limit0, label="Step limit (blank = the task's)", precision=None, elem_id="rc-step-limit")
         every = gr.Number(RACE_FORM["eval_every"], label="Evaluate every (iterations; 0 = never)", precision=None,
                           elem_id="rc-eval-every")  # fmt: skip
-        repeats = gr.Number(RACE_FORM["eval_repeats"], label="Test episodes per layout", precision=None,
+        repeats = gr.Number(RACE_FORM["eval_repeats"], label="Test episodes per layout (blank = the config's)", precision=None,
                             elem_id="rc-eval-repeats")  # fmt: skip
         seeds = gr.Number(RACE_FORM["seeds"], label=f"Seeds (1–{MAX_SEEDS})", precision=None, elem_id="rc-seeds")
     form = [run_id, iterations, group, limit, target, every, seeds, repeats]

@@ -112,7 +112,7 @@ CSS = """
 .e2-muted { color: var(--body-text-color-subdued); } .e2-done { color: #16a34a; font-size: 13px; }
 .e2-done.e2-failed { color: #dc2626; } .e2-done.e2-unwon { color: var(--body-text-color-subdued); }
 .e2-live { color: #2563eb; font-size: 13px; } .e2-task { font-style: italic; margin-bottom: 4px; }
-.e2-progress { position: relative; height: 22px; border-radius: 4px; background: var(--background-fill-secondary); overflow: hidden; }
+.e2-progress { position: relative; min-height: 22px; border-radius: 4px; background: var(--background-fill-secondary); overflow: hidden; }
 .e2-progress-bar { position: absolute; inset: 0 auto 0 0; background: #93c5fd; transition: width .3s; }
-.e2-progress-text { position: relative; padding-left: 8px; line-height: 22px; font-size: 13px; }
+.e2-progress-text { position: relative; display: block; padding: 0 8px; line-height: 22px; font-size: 13px; }  /* a long closing line wraps, never cut */
 """

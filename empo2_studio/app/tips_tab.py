@@ -285,8 +285,8 @@ def build_tips_tab(studio: Studio, run_id: gr.State) -> dict[str, Any]:
         cancel = gr.Button("Cancel", elem_id="tips-cancel-delete")
     with gr.Accordion("Add a tip", open=False):
         with gr.Row():
-            a_task = gr.Textbox(label="Task", elem_id="tips-add-task")
-            a_var = gr.Number(0, label="Variation", precision=0, elem_id="tips-add-variation")
+            a_task = gr.Textbox(label="Task (blank = the session's task)", elem_id="tips-add-task")
+            a_var = gr.Number(0, label="Variation", precision=None, elem_id="tips-add-variation")
             a_score = gr.Number(0, label="Score (−100…100)", elem_id="tips-add-score")
         a_text = gr.Textbox(label="Tip text", lines=2, elem_id="tips-add-text")
         add = gr.Button("Add tip", elem_id="tips-add")

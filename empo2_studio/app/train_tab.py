@@ -129,15 +129,15 @@ def _form() -> list[Any]:
     with gr.Row():
         p_memory = gr.Slider(0, 1, step=0.05, label="p (memory rollout probability)", elem_id="tr-p")
         q_off = gr.Slider(0, 1, step=0.01, label="q (off-policy | memory)", elem_id="tr-q")
-        group = gr.Number(label="Group size N", precision=0, elem_id="tr-group")
-        lora_r = gr.Number(label="LoRA rank", precision=0, elem_id="tr-lora-r")
-        lora_alpha = gr.Number(label="LoRA alpha", precision=0, elem_id="tr-lora-alpha")
+        group = gr.Number(label="Group size N", precision=None, elem_id="tr-group")
+        lora_r = gr.Number(label="LoRA rank", precision=None, elem_id="tr-lora-r")
+        lora_alpha = gr.Number(label="LoRA alpha", precision=None, elem_id="tr-lora-alpha")
     with gr.Row():
         lr = gr.Number(label="Learning rate", elem_id="tr-lr")
         mask = gr.Dropdown(list(LOW_PROB_RULES), label="Low-prob masking rule", elem_id="tr-mask")
         delta = gr.Number(label="δ (log-prob threshold ≤ 0)", elem_id="tr-delta")
         intrinsic = gr.Number(label="Intrinsic reward coef", elem_id="tr-intrinsic")
-        iterations = gr.Number(label="Iterations", precision=0, elem_id="tr-iterations")
+        iterations = gr.Number(label="Iterations", precision=None, elem_id="tr-iterations")
     by_field = {("rollout", "p_memory"): p_memory, ("rollout", "q_off_policy"): q_off, ("rollout", "group_size"): group,
                 ("policy", "lora_r"): lora_r, ("policy", "lora_alpha"): lora_alpha, ("train", "learning_rate"): lr,
                 ("algo", "low_prob_mask"): mask, ("algo", "low_prob_threshold"): delta,

@@ -120,7 +120,7 @@ def rates_note(rates: Mapping[str, float]) -> str:
                        ("after_episode", "per naive episode after distillation")):  # fmt: skip
         seconds, measured = rate(rates, unit)
         parts.append(f"{seconds_text(seconds)} {what}" + ("" if measured else " (rough estimate)"))
-    return "measured on this machine by the last lesson: " + ", ".join(parts)
+    return "the times measured on this machine by the last lesson: " + ", ".join(parts)
 
 
 class Countdown:

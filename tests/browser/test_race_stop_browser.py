@@ -47,5 +47,12 @@ def test_stop_during_the_evaluation_before_training_ends_the_race_within_10_s(pa
     assert took < STOP_BOUND_S, f"Stop took {took:.1f} s: {text}"
     assert "during seed 0, the evaluation before training" in text
     assert "no evaluation or iteration finished; nothing saved, no session kept" in text
+    # the whole closing line is on screen, even on a narrow window: the status bar grows with it (it was
+    # cut at one line)
+    page.set_viewport_size({"width": 800, "height": 1000})
+    page.wait_for_timeout(300)
+    hidden = page.evaluate("() => { const b = document.querySelector('#rc-status .e2-progress');"
+                           " return b.scrollHeight - b.clientHeight; }")
+    assert hidden <= 1, f"{hidden} px of the status line hidden"
     # nothing was recorded, so the race's two sessions are gone: a quick Start and Stop leaves no clutter
     assert [p.name for p in studio.root.iterdir() if "-race" in p.name] == []
