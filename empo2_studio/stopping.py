@@ -19,7 +19,7 @@ import contextlib
 import contextvars
 import threading
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 _EVENT: contextvars.ContextVar[threading.Event | None] = contextvars.ContextVar("empo2_stop_event", default=None)
@@ -54,10 +54,12 @@ def raise_if_stopped() -> None:
 
 
 @contextlib.contextmanager
-def rollback_on_stop(obj: Any, *attrs: str, rng: random.Random | None = None) -> Iterator[None]:
+def rollback_on_stop(obj: Any, *attrs: str, rng: random.Random | None = None,
+                     undo: Callable[[], Any] | None = None) -> Iterator[None]:  # fmt: skip
     """Run the body; if it raises `StopRequested`, put `obj`'s `attrs` and `rng`'s state back as they
-    were before it (then re-raise): a trainer's stopped iteration leaves its counter and draw sequence
-    as if it never began, so its next iteration and checkpoint are those of the finished ones."""
+    were before it and call `undo` (then re-raise): a trainer's stopped iteration leaves its counter,
+    draw sequence and tips as if it never began, so its next iteration and checkpoint are those of the
+    finished ones."""
     saved = {name: getattr(obj, name) for name in attrs}
     state = rng.getstate() if rng is not None else None
     try:
@@ -67,6 +69,8 @@ def rollback_on_stop(obj: Any, *attrs: str, rng: random.Random | None = None) ->
             setattr(obj, name, value)
         if rng is not None:
             rng.setstate(state)
+        if undo is not None:
+            undo()
         raise
 
 

@@ -124,12 +124,12 @@ class Trainer:
         Raises:
             ValueError: `forced_mode` is not one of on-policy / on-policy-with-tips / off-policy.
         """
-        t_start = time.perf_counter()
-        with rollback_on_stop(self, "iteration", rng=self.rng):  # a Stop mid-iteration: as if never begun
-            mode, variations = self.begin_iteration(forced_mode)
+        t_start, played = time.perf_counter(), []  # played: episode ids, whose tips a Stop removes (never recorded)
+        with rollback_on_stop(self, "iteration", rng=self.rng, undo=lambda: self.store.remove_episode_tips(played)):
+            mode, variations = self.begin_iteration(forced_mode)  # a Stop mid-iteration: as if never begun
             self._seed_sampling(self.iteration)
             timings = Timings()
-            groups = [self._play_training_group(v, mode, timings) for v in variations]
+            groups = [self._play_training_group(v, mode, timings, played) for v in variations]
             episodes = [ep for g in groups for ep in g]
             advantages = self._advantages(groups)
             self._phase(f"{mode} update: re-scoring {len(episodes)} episodes, backward, optimizer step")
@@ -189,7 +189,7 @@ class Trainer:
         if self.on_phase is not None:
             self.on_phase(line)
 
-    def _play_training_group(self, variation: int, mode: UpdateMode, timings: Timings) -> list[Episode]:
+    def _play_training_group(self, variation: int, mode: UpdateMode, timings: Timings, played: list[str]) -> list[Episode]:
         task = self.cfg.env.task
         envs = self.envs(self.cfg.rollout.group_size)
         limit = envs[0].step_limit(task)
@@ -210,6 +210,7 @@ class Trainer:
             embedder=self.embedder, novelty=self.novelty(task, variation), timings=timings, keep_caches=self.write_tips,
             on_step=on_step if self.on_phase is not None else None,
         )  # fmt: skip
+        played += [ep.episode_id for ep in episodes]
         self._phase(f"writing the tips of {len(episodes)} episodes" if self.write_tips else "this run writes no tips")
         return write_group_tips(self.policy, self.store, episodes, timings=timings, writer=self.writer,
                                 note_context=self.note_context) if self.write_tips else episodes  # fmt: skip

@@ -168,6 +168,16 @@ def test_episode_tips_go_to_the_group_of_each_steps_place(tmp_path):
     assert all(r["source_episode_id"] == "e1" for r in s.group_rows(TASK, 0, "hallway"))
 
 
+def test_the_tips_of_a_stopped_iterations_episodes_are_removed_by_episode(tmp_path):
+    s = _store(tmp_path)
+    s.add_episode_tips(_episode("kept", ["go to workshop"], [SHOP], 50.0), "the bulb is in the workshop", "conv")
+    s.add_episode_tips(_episode("cut", ["go to kitchen", "look around"], ["In the kitchen.", "A table."], 0.0),
+                       "the kitchen holds a table", "conv")  # fmt: skip
+    before = s.count()
+    assert s.remove_episode_tips(["cut", "never-played"]) == before - 1 and s.remove_episode_tips([]) == 0
+    assert [t.source_episode_id for t in s.list_tips()] == ["kept"]
+
+
 def test_retrieval_stays_in_the_group_of_the_place(tmp_path):
     s = _store(tmp_path)
     hall = s.add_tip(TASK, 0, "hall tip", place="hallway")

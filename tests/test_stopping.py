@@ -141,7 +141,8 @@ def test_a_stop_inside_an_update_changes_no_weight_and_no_counter(tmp_path, tiny
     before, draws = lora_state(tiny_policy), trainer.rng.getstate()
     event = threading.Event()
     param = next(p for p in tiny_policy.trainable_parameters() if p.requires_grad)
-    hook = param.register_hook(lambda grad: event.set())  # the first micro-batch's backward asks to stop
+    tips_then: list[int] = []  # the iteration's tips, written before its update
+    hook = param.register_hook(lambda grad: tips_then.append(trainer.store.count()) or event.set())  # first backward: stop
     try:
         with stop_scope(event), pytest.raises(StopRequested):
             trainer.step(forced_mode="on-policy")  # 3 episodes, micro-batches of 2: cut before the second
@@ -150,6 +151,9 @@ def test_a_stop_inside_an_update_changes_no_weight_and_no_counter(tmp_path, tiny
     after = lora_state(tiny_policy)
     assert event.is_set() and all(torch.equal(before[k], after[k]) for k in before)  # the optimizer never stepped
     assert trainer.iteration == 0 and trainer.rng.getstate() == draws and session.metrics() == []
+    assert tips_then[0] > 0 and trainer.store.count() == 0  # its episodes were never recorded: nor are their tips
     trainer.step(forced_mode="on-policy")  # the next iteration is iteration 1, as if the cut one never began
-    assert [r["iteration"] for r in session.metrics()] == [1]
+    assert [r["iteration"] for r in session.metrics()] == [1] and trainer.store.count() > 0
+    ids = {ep.episode_id for ep in session.episodes()}
+    assert {t.source_episode_id for t in trainer.store.list_tips()} <= ids  # every tip's episode is on disk
     trainer.close()

@@ -119,6 +119,19 @@ class TipStore(TipSearch):
             self._table.delete(col("id").isin([lit(i) for i in ids]))
         return len(ids)
 
+    def remove_episode_tips(self, episode_ids: Sequence[str]) -> int:
+        """Delete every tip written from these episodes (`source_episode_id`); returns how many. For a
+        stopped training iteration, whose episodes are never recorded: its tips go with them. A tip a
+        structured memory merged into an older one stays merged (its counts are the older tip's)."""
+        if not episode_ids:
+            return 0
+        where = col("source_episode_id").isin([lit(i) for i in episode_ids])
+        with self._lock:
+            n = self._table.count_rows(where.to_sql())
+            if n:
+                self._table.delete(where)
+        return n
+
     def set_enabled(self, tip_ids: Sequence[str], enabled: bool) -> int:
         """Enable or disable tips in bulk; returns how many. Unknown ids raise KeyError, nothing changes."""
         rec.check_bool(enabled, "enabled")

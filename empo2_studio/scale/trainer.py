@@ -162,7 +162,7 @@ class DistributedTrainer(Trainer):
         groups = []
         for g in mine:
             seed_policy(self.policy, group_seed(self.cfg.seed, self.iteration, g))
-            groups.append(self._play_training_group(variations[g], mode, timings))
+            groups.append(self._play_training_group(variations[g], mode, timings, []))
         episodes = [ep for grp in groups for ep in grp]
         advantages = self._advantages(groups) if groups else []
         self._phase(f"{mode} update: re-scoring {len(episodes)} episodes on rank {self.ctx.rank}")
