@@ -183,8 +183,9 @@ class Race:
                  on_progress: Callable[[str | None, int, int, int], None] | None = None) -> dict[str, dict[str, float]]:  # fmt: skip
         """Memory-free test evaluation of every arm at the current iteration (`Trainer.evaluate`);
         returns arm → its row (also appended to `self.evals`). Before the first iteration every arm
-        holds the same weights and the same evaluation seed, so they are evaluated once (in the first
-        arm's session) and the row is given to each. `on_eval(arm, row)` runs per arm;
+        holds the same weights and the same evaluation seed, so they are evaluated once (the episodes in
+        the first arm's session) and the row is given to each (in every other arm's session too, marked
+        "shared_from": the first arm's run id, without its seconds). `on_eval(arm, row)` runs per arm;
         `on_progress(arm, played, total, won)` after each test layout's episodes (arm None: the shared
         evaluation before the first iteration)."""
 
@@ -192,8 +193,13 @@ class Race:
             return None if on_progress is None else (lambda played, total, won: on_progress(arm, played, total, won))
 
         if self.iteration == 0:
-            first = self.use(next(iter(self.trainers))).evaluate(on_progress=progress(None))
+            player = self.use(next(iter(self.trainers)))
+            first = player.evaluate(on_progress=progress(None))
             results = {arm: dict(first) for arm in self.trainers}
+            for trainer in self.trainers.values():
+                if trainer is not player:  # each arm's session shows where it started
+                    trainer.session.append_metrics({"iteration": 0, "kind": "eval", **first,
+                                                    "shared_from": player.cfg.run_id})  # fmt: skip
         else:
             results = {arm: self.use(arm).evaluate(on_progress=progress(arm)) for arm in self.trainers}
         out = {}

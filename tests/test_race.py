@@ -150,5 +150,6 @@ def test_evaluations_before_the_first_every_n_and_after_the_last(tmp_path, tiny_
     assert race.evals["EMPO2"][0] == race.evals["GRPO"][0]  # the shared start is evaluated once
     for arm, trainer in race.trainers.items():
         evals = [r for r in trainer.session.metrics() if r.get("kind") == "eval"]
-        assert [r["iteration"] for r in evals] == ([0, 2, 3] if arm == "EMPO2" else [2, 3])
+        assert [r["iteration"] for r in evals] == [0, 2, 3]  # the shared start in both sessions
+        assert ("shared_from" in evals[0], "time/eval" in evals[0]) == ((False, True) if arm == "EMPO2" else (True, False))
         assert all(0.0 <= r["eval/success_rate"] <= 1.0 and r["eval/episodes"] == 1 for r in race.evals[arm])
