@@ -119,6 +119,8 @@ def check_tip_file(path: Path, env: EnvConfig, *, structured: bool = False) -> N
     try:
         with open(path, encoding="utf-8") as fh:  # lines end at newlines only: a tip may hold U+2028
             lines = list(fh)
+        if not any(line.strip() for line in lines):
+            raise ValueError("it holds no tips (no non-blank lines); nothing imported")
         parsed = (grouped_records if structured else records).parse_jsonl(lines)
         with partition_check(env) as check:
             records.refuse_partitions(lines, parsed, check)

@@ -133,7 +133,8 @@ class TipsImport:
     session: str
     """Run id."""
     file: Path
-    """A JSONL file written by `tips export` (or by hand, same fields)."""
+    """A JSONL file written by `tips export`, or by hand: one JSON object per line with task, variation,
+    text and score (required; id, action, origin, enabled … optional)."""
     sessions_dir: Path | None = None
     """Sessions root (default: $EMPO2_SESSIONS_DIR or ./sessions)."""
 

@@ -245,6 +245,10 @@ def test_tips_list_export_import_reembed(sessions, tmp_path, capsys):
         assert main(["tips", "import", "--session", "run-b", "--file", str(f)]) == 2, name
         err = capsys.readouterr().err
         assert f"line 3: {expected[name]}" in err and "Traceback" not in err, err
+    for name, text in (("empty", ""), ("blank", "\n  \n")):  # nothing to import is bad input too (exit 2)
+        (tmp_path / f"{name}.jsonl").write_text(text)
+        assert main(["tips", "import", "--session", "run-b", "--file", str(tmp_path / f"{name}.jsonl")]) == 2, name
+        assert "it holds no tips (no non-blank lines); nothing imported" in capsys.readouterr().err
     assert main(["tips", "list", "--session", "run-b"]) == 0
     assert "2 of 2 tip(s)" in capsys.readouterr().err
     # a tip holding a Unicode line separator exports raw (ensure_ascii off) and must import as one line
