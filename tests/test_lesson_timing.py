@@ -45,8 +45,9 @@ def test_a_countdown_of_several_kinds_counts_each_from_its_own_steps():
     cd.finished("test episode", 4)  # 3 s each; nothing left of them
     assert cd.left() == 2 * 40.0 + 2 * 20.0
     clock.now += 50
-    cd.finished("EMPO² iteration")  # 50 s: 1 × 50 + 2 × 20 (GRPO keeps its prior)
-    assert cd.left() == 90.0
+    cd.finished("EMPO² iteration")  # 50 s against a prior of 40: pace 1.25, so GRPO's 20 s counts 25 s
+    assert cd.left() == 1 * 50.0 + 2 * 25.0 and cd.pace() == 1.25
+    assert cd.per_unit("GRPO iteration") == (25.0, "prior × 1.2, the pace measured so far")
     clock.now += 10
     cd.finished("GRPO iteration")  # 10 s: 50 + 10
     assert cd.left() == 60.0 and cd.sources() == "EMPO² iteration 50.0 s, GRPO iteration 10.0 s, test episode 3.0 s"
