@@ -7,8 +7,8 @@ weights are swapped between iterations. The job is `race_job.run_race_job`: Stop
 lock-step in any phase (each arm keeps the checkpoint of its last finished iteration, so the arms may
 end one apart); each arm's row appears as soon as that arm finishes an iteration, each test layout of
 an evaluation as it ends, and the status line counts the race down from the step times measured here.
-Two presets fill the form: the class race (the defaults, sized for a lesson period) and the benchmark
-race.
+Two presets fill the form: the class race (the defaults: the shortest race whose verdict matched the
+60-iteration one on 3 of 3 seeds, 12–15 min on a 2-core CPU) and the benchmark race.
 
 What it races by default: the benchmark race's setting (`RACE_ENV`, docs/benchmarks/learning.md), the
 trap's fixed family, where every layout hides the target in the same room and what varies is which
@@ -211,7 +211,8 @@ INTRO = (
     "before the first iteration, every so many iterations and after the last: the right-hand panel, with the "
     "lowest–highest band once several seeds have run. Each arm has its own session (`<session>-race-empo2`, "
     "`-race-grpo`; `-race2-…`, `-race3-…` for the next seed or the next race: compare them in the Sessions "
-    "tab). **Class race** (the defaults) is sized for a lesson period; **Benchmark race** is the "
+    "tab). **Class race** (the defaults) is the shortest race whose verdict matched the 60-iteration one on "
+    "3 of 3 seeds (12–15 min on a 2-core CPU); **Benchmark race** is the "
     "benchmark's 60 iterations for one seed. ■ Stop ends the race within one lock-step, keeping every finished row and each arm's last finished "
     "iteration."
 )
