@@ -162,13 +162,13 @@ def eval_points(run: dict) -> list[dict]:
     return points
 
 
-def verdict(results: dict[str, dict[int, dict]]) -> str:
-    """`race.race_verdict` over every arm's and seed's evaluations."""
+def verdict(results: dict[str, dict[int, dict]], split: str = "test") -> str:
+    """`race.race_verdict` over every arm's and seed's evaluations (played on `split`)."""
     return race_verdict({arm: [{"seed": s, **p} for s, run in runs.items() for p in eval_points(run)]
-                         for arm, runs in results.items()})  # fmt: skip
+                         for arm, runs in results.items()}, split=split)  # fmt: skip
 
 
-def trap_table(results: dict[str, dict[int, dict]], iterations: int, seeds: list[int]) -> str:
+def trap_table(results: dict[str, dict[int, dict]], iterations: int, seeds: list[int], split: str = "test") -> str:
     lines = [
         "| iteration | " + " | ".join(f"{a} success | {a} score" for a in results) + " |",
         "|---|" + "---|---|" * len(results),
@@ -205,7 +205,7 @@ def trap_table(results: dict[str, dict[int, dict]], iterations: int, seeds: list
             cells = [f"it {i}: {_mean([e['eval/success_rate'] for run in runs for e in run['evals'] if e['iteration'] == i]):.2f}"
                      for i in points]
             summary.append(f"\n{arm} eval success along the run: " + ", ".join(cells))
-    if text := verdict(results):
+    if text := verdict(results, split):
         summary.append(f"\n**Verdict:** {text}")
     return "\n".join(lines + summary)
 
@@ -361,13 +361,13 @@ def main(argv: list[str] | None = None) -> int:
                 {arm: {str(s): v for s, v in r.items()} for arm, r in results.items()}, default=float, indent=1
             ))  # fmt: skip
             trap_figure(results, args.seeds, root / "learning.html")
-            table = trap_table(results, args.iterations, args.seeds)
+            table = trap_table(results, args.iterations, args.seeds, args.eval_split)
             (root / "learning.md").write_text("\n".join([*report, heading, "", table, ""]))
             write_result(args.result, __file__, argv, started, args.seeds, {args.env: per_seed(results)},
                          report="\n".join([heading, "", table]), warm_start=args.warm_start)  # fmt: skip
 
         results = run_trap(args, root, embedder, policy, save)
-        report += [heading, "", trap_table(results, args.iterations, args.seeds), ""]
+        report += [heading, "", trap_table(results, args.iterations, args.seeds, args.eval_split), ""]
     data = {} if args.skip_trap else {args.env: per_seed(results)}
     if not args.skip_scienceworld:
         sw_text, data["scienceworld"] = run_scienceworld(args, root, embedder, policy)

@@ -41,7 +41,7 @@ from empo2_studio.cli_checks import (  # the names scale.launch reads off this m
 )  # fmt: skip
 from empo2_studio.cli_commands import COMMANDS, AdaptCmd, AppCmd, DistillCmd, EvalCmd, TrainCmd
 from empo2_studio.cli_records import SHOWN_METRICS, fmt, run_sessions, run_tips
-from empo2_studio.config import RunConfig
+from empo2_studio.config import MAX_EVAL_REPEATS, RunConfig
 from empo2_studio.sessions import Session
 
 
@@ -215,6 +215,8 @@ def run_eval(cmd: EvalCmd) -> int:
     for flag, value in (("--variations", cmd.variations), ("--repeats", cmd.repeats)):
         if value is not None and value < 1:
             raise UsageError(f"{flag} must be ≥ 1, got {value}")
+    if cmd.repeats is not None and cmd.repeats > MAX_EVAL_REPEATS:  # one env per repeat: a ScienceWorld JVM each
+        raise UsageError(f"--repeats must be ≤ {MAX_EVAL_REPEATS}, got {cmd.repeats}")
     from empo2_studio import evaluation
     from empo2_studio.envs import EnvPool
 

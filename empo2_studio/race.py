@@ -285,7 +285,8 @@ def arm_rows_summary(rows: Mapping[str, list[Mapping[str, Any]]]) -> list[list[A
     return sorted(out, key=lambda x: (x[0], x[1]))
 
 
-def race_verdict(evals: Mapping[str, Sequence[Mapping[str, Any]]], labels: Mapping[str, str] | None = None) -> str:
+def race_verdict(evals: Mapping[str, Sequence[Mapping[str, Any]]], labels: Mapping[str, str] | None = None,
+                 split: str = "test") -> str:  # fmt: skip
     """One sentence on who won: each arm's memory-free test success at the last evaluated iteration
     that every arm reached, averaged over the rows there (one per seed). "" before any evaluation
     after iteration 0.
@@ -293,8 +294,10 @@ def race_verdict(evals: Mapping[str, Sequence[Mapping[str, Any]]], labels: Mappi
     Args:
         evals: arm → evaluation rows {"iteration", "eval/success_rate" (0…1), optionally "seed"}.
         labels: display names per arm (default `ARM_LABELS`).
+        split: the layouts the rows played ("test": "the unseen test layouts"; "dev": "the dev layouts").
     """
     labels = {**ARM_LABELS, **(labels or {})}
+    layouts = "the unseen test layouts" if split == "test" else f"the {split} layouts"
     common = set.intersection(*({int(r["iteration"]) for r in rows} for rows in evals.values())) if evals else set()
     common.discard(0)
     if len(evals) < 2 or not common:
@@ -308,10 +311,10 @@ def race_verdict(evals: Mapping[str, Sequence[Mapping[str, Any]]], labels: Mappi
     tail = f"mean of {seeds} seeds" if seeds > 1 else "one seed"
     (best, b), (runner, r) = sorted(rates.items(), key=lambda kv: -kv[1])[:2]
     if abs(b - r) < 1e-9:
-        return (f"A tie: after {at} iterations both arms solve {b:.0%} of the unseen test layouts without "
+        return (f"A tie: after {at} iterations both arms solve {b:.0%} of {layouts} without "
                 f"memory ({tail}).")  # fmt: skip
     ratio = f", {b / r:.1f}×" if r > 0 else ""
-    return (f"{labels.get(best, best)} won: after {at} iterations it solves {b:.0%} of the unseen test layouts "
+    return (f"{labels.get(best, best)} won: after {at} iterations it solves {b:.0%} of {layouts} "
             f"without memory, against {labels.get(runner, runner)}'s {r:.0%} (+{100 * (b - r):.0f} points{ratio}; "
             f"{tail}).")  # fmt: skip
 

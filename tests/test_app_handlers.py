@@ -307,6 +307,19 @@ def test_every_element_id_of_the_page_is_used_once(studio):
     assert {"ep-memory", "ep-memory-line", "ep-tip", "ep-store-tip"} <= set(ids)
 
 
+def test_no_number_box_rounds_what_the_user_typed(studio):
+    """A gr.Number with a precision rounds 2.5 to 2 before any handler sees it (Add a tip stored a tip
+    typed for variation 2.5 under variation 2): every box passes the value on, and its handler refuses
+    a fraction where a whole number is meant (`whole_number`, the Train form's `config_from_form`)."""
+    import gradio as gr
+
+    demo = layout.build_blocks(studio)
+    boxes = {b.elem_id: b.precision for b in demo.blocks.values() if isinstance(b, gr.Number)}
+    demo.close()
+    assert {"tips-add-variation", "ep-seed", "ls-episodes", "tr-group", "rc-group"} <= set(boxes)
+    assert {i: p for i, p in boxes.items() if p is not None} == {}
+
+
 def test_whole_number_reads_form_values_and_names_every_bad_one():
     assert [h.whole_number(v, "x") for v in (3, 3.0, "4", " 5 ", "6.0")] == [3, 3, 4, 5, 6]
     assert h.whole_number(0, "x", 0) == 0

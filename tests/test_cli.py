@@ -48,6 +48,7 @@ def test_overview_and_every_command_help(capsys):
         (["train", "--env.name", "scienceworld", "--env.task", "boil", "--env.variations", "9999"], "outside its train split 0–13"),
         (["eval", "--session", "nope"], "available: none"),
         (["eval", "--session", "nope", "--variations", "0"], "--variations must be ≥ 1, got 0"),
+        (["eval", "--session", "nope", "--repeats", "101"], "--repeats must be ≤ 100, got 101"),
         (["distill", "--session", "x"], "exactly one of"),
         (["frobnicate"], "unknown command"),
     ],

@@ -46,7 +46,7 @@ def test_a_countdown_of_several_kinds_counts_each_from_its_own_steps():
     assert cd.left() == 2 * 40.0 + 2 * 20.0
     clock.now += 50
     cd.finished("EMPO² iteration")  # 50 s against a prior of 40: pace 1.25, so GRPO's 20 s counts 25 s
-    assert cd.left() == 1 * 50.0 + 2 * 25.0 and cd.pace() == 1.25
+    assert cd.left() == 1 * 50.0 + 2 * 25.0 and cd.pace("prior") == 1.25
     assert cd.per_unit("GRPO iteration") == (25.0, "prior × 1.2, the pace measured so far")
     clock.now += 10
     cd.finished("GRPO iteration")  # 10 s: 50 + 10
@@ -61,6 +61,20 @@ def test_a_countdown_of_several_kinds_counts_each_from_its_own_steps():
         timing.Countdown({"step": -1})
     with pytest.raises(ValueError, match=r"priors for kinds not in the plan: \['x'\]"):
         timing.Countdown({"step": 1}, {"x": (1.0, "?")})
+
+
+def test_the_pace_rescales_only_priors_from_the_same_source():
+    clock = FakeClock()
+    cd = timing.Countdown({"EMPO² iteration": 2, "GRPO iteration": 2, "test episode": 10},
+                          {"EMPO² iteration": (30.0, "an earlier race"), "GRPO iteration": (20.0, "an earlier race"),
+                           "test episode": (7.0, "rough")}, clock=clock)  # fmt: skip
+    clock.now += 4
+    cd.finished("test episode", 2)  # 2 s each against a rough 7 s: pace 2/7 for rough figures only
+    assert cd.pace("rough") == pytest.approx(2 / 7) and cd.pace("an earlier race") is None
+    assert cd.left() == pytest.approx(2 * 30.0 + 2 * 20.0 + 8 * 2.0)  # the earlier race's figures stand
+    clock.now += 15
+    cd.finished("EMPO² iteration")  # 15 s against 30: the earlier race's GRPO figure halves too
+    assert cd.left() == pytest.approx(15.0 + 2 * 10.0 + 8 * 2.0)
 
 
 def test_rates_come_from_the_latest_measured_lesson_rows():

@@ -132,6 +132,7 @@ def test_the_verdict_names_the_winner_by_its_last_common_evaluation():
                                    "memory, against GRPO's 8% (+29 points, 4.5×; mean of 3 seeds).")
     tie = {"EMPO2": _evals({0: [0.0], 10: [0.0]}), "GRPO": _evals({0: [0.0], 10: [0.0]})}
     assert race_verdict(tie) == "A tie: after 10 iterations both arms solve 0% of the unseen test layouts without memory (one seed)."
+    assert race_verdict(tie, split="dev") == "A tie: after 10 iterations both arms solve 0% of the dev layouts without memory (one seed)."
     grpo_ahead = {"EMPO2": _evals({5: [0.0]}), "GRPO": _evals({5: [0.5]})}
     assert race_verdict(grpo_ahead).startswith("GRPO won: after 5 iterations it solves 50%") and "×" not in race_verdict(grpo_ahead)
     assert race_verdict({"EMPO2": _evals({0: [0.0]}), "GRPO": _evals({0: [0.0]})}) == ""  # only the start: no verdict yet

@@ -130,7 +130,8 @@ class Countdown:
     episode": 336}). Each kind's seconds per unit are the mean of the units of that kind measured so
     far in this work, or, until one is measured, its prior (seconds, where that figure comes from)
     times this work's pace: measured seconds over what the priors of the measured units said (a
-    machine four times faster than a rough figure makes every unmeasured kind four times shorter). The
+    machine four times faster than a rough figure makes every unmeasured kind four times shorter); the
+    pace is taken per source of the priors (their labels), so one source never rescales another. The
     estimate is Σ units left × seconds per unit, taken when a unit ends (a measurement) and counted down
     with the clock from then on, so between two measurements it falls one second per second and never
     rises; when it reaches 0:00 before the work ends it stays there, saying so ("over the estimate").
@@ -195,17 +196,19 @@ class Countdown:
         if measured:
             per = sum(measured) / len(measured)
             return per, f"measured {seconds_text(per)} each"
-        prior, pace = self.priors.get(kind), self.pace()
+        prior = self.priors.get(kind)
+        pace = None if prior is None else self.pace(prior[1])
         if prior is None or pace is None:
             return prior
         return prior[0] * pace, f"{prior[1]} × {pace:.2g}, the pace measured so far"
 
-    def pace(self) -> float | None:
-        """Measured seconds over the seconds the priors gave the same units (None before a unit with a
-        prior is measured)."""
-        said = sum(self.priors[k][0] * len(v) for k, v in self.measured.items() if v and k in self.priors)
-        took = sum(sum(v) for k, v in self.measured.items() if v and k in self.priors)
-        return took / said if said > 0 else None
+    def pace(self, source: str) -> float | None:
+        """Measured seconds over the seconds the priors from `source` (their label) gave the same units;
+        None before a unit with such a prior is measured. Per source, so a rough figure that is far off
+        never rescales a figure measured here earlier."""
+        kinds = [k for k, v in self.measured.items() if v and k in self.priors and self.priors[k][1] == source]
+        said = sum(self.priors[k][0] * len(self.measured[k]) for k in kinds)
+        return sum(sum(self.measured[k]) for k in kinds) / said if said > 0 else None
 
     def _estimate(self) -> float | None:
         total = 0.0

@@ -120,12 +120,15 @@ class TipStore(TipSearch):
         return len(ids)
 
     def remove_episode_tips(self, episode_ids: Sequence[str]) -> int:
-        """Delete every tip written from these episodes (`source_episode_id`); returns how many. For a
-        stopped training iteration, whose episodes are never recorded: its tips go with them. A tip a
-        structured memory merged into an older one stays merged (its counts are the older tip's)."""
+        """Delete the tips written from these episodes (`source_episode_id`) that nobody edited or
+        pinned since; returns how many. For a stopped training iteration, whose episodes are never
+        recorded. Not undone: what those tips already did to others (a structured memory's merges,
+        counts and retirements; the oldest tips a full partition dropped)."""
         if not episode_ids:
             return 0
-        where = col("source_episode_id").isin([lit(i) for i in episode_ids])
+        where = col("source_episode_id").isin([lit(i) for i in episode_ids]) & (col("edited") == lit(False))
+        if "pinned" in self._table.schema.names:  # a structured memory: a teacher's pin keeps a tip
+            where = where & (col("pinned") == lit(False))
         with self._lock:
             n = self._table.count_rows(where.to_sql())
             if n:
