@@ -212,11 +212,12 @@ def _train_loop(trainer: Any, iterations: int) -> int:
 
 
 def run_eval(cmd: EvalCmd) -> int:
-    for flag, value in (("--variations", cmd.variations), ("--repeats", cmd.repeats)):
+    # --repeats is capped: the evaluation holds one env per repeat, a ScienceWorld JVM each
+    for flag, value, most in (("--variations", cmd.variations, None), ("--repeats", cmd.repeats, MAX_EVAL_REPEATS)):
         if value is not None and value < 1:
             raise UsageError(f"{flag} must be ≥ 1, got {value}")
-    if cmd.repeats is not None and cmd.repeats > MAX_EVAL_REPEATS:  # one env per repeat: a ScienceWorld JVM each
-        raise UsageError(f"--repeats must be ≤ {MAX_EVAL_REPEATS}, got {cmd.repeats}")
+        if value is not None and most is not None and value > most:
+            raise UsageError(f"{flag} must be ≤ {most}, got {value}")
     from empo2_studio import evaluation
     from empo2_studio.envs import EnvPool
 

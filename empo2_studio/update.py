@@ -206,7 +206,8 @@ def _one_pass(
         if stoppable:  # only before the first optimizer step: a stopped update changes no weight
             raise_if_stopped()
         chunk = items[start : start + step]
-        which = f"episode{f's {start + 1}–' if len(chunk) > 1 else ' '}{start + len(chunk)} of {len(items)}"
+        first, last = start + 1, start + len(chunk)
+        which = f"episodes {first}–{last} of {len(items)}" if last > first else f"episode {last} of {len(items)}"
         if on_progress is not None:
             on_progress(f"re-scoring {which}")
         # Data parallelism: every micro-batch but the last accumulates without a collective, so each

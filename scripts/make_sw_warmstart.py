@@ -40,7 +40,7 @@ from empo2_studio.envs.scienceworld import HELD_OUT_TASKS, TASK_NAMES, ScienceWo
 from empo2_studio.policy import Turn, prompts  # noqa: E402
 from empo2_studio.types import RetrievedTip  # noqa: E402
 from make_warmstart import _to_half  # noqa: E402
-from warmstart_record import lineage, merged_seen  # noqa: E402
+from warmstart_record import init_record, lineage, merged_seen  # noqa: E402
 
 DEFAULT_OUT = ROOT / "assets" / "warmstart" / f"{EMBEDDED_MODEL}-scienceworld"
 DEFAULT_INIT = ROOT / "assets" / "warmstart" / f"{EMBEDDED_MODEL}-route"
@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     if not (args.init / "adapter_config.json").is_file():
         ap.error(f"--init {str(args.init)!r} is not an adapter directory (no adapter_config.json)")
     try:
-        merged_seen({}, args.init)  # an init that cannot say what it saw is refused before the JVMs start
+        init_record(args.init)  # an init that cannot say what it saw is refused before the JVMs start
     except ValueError as exc:
         ap.error(str(exc))
 
@@ -266,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
         "mapped gold path played with its plan pinned as a note (likelihood, constrained decoding, compact "
         "prompt; a share of the plans, teleport_share, rewritten to teleport between rooms), and note-free random "
         "walks held to the --init adapter (KL)",
-        "envs": list(dict.fromkeys(["scienceworld"] + json.loads((args.init / "warmstart.json").read_text()).get("envs", []))),
+        "envs": list(dict.fromkeys(["scienceworld"] + init_record(args.init).get("envs", []))),
         "tasks": {t: vs for t, vs in seen.items() if not t.startswith("trap-")}, "seen": seen,
         "lineage": lineage(f"{args.out.name}: ScienceWorld variations {own}", args.init),
         "splits": args.splits, "prompt_style": prompts.prompt_style("scienceworld"),

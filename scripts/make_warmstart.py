@@ -83,7 +83,7 @@ from empo2_studio.policy import Turn, prompts  # noqa: E402
 from empo2_studio.types import RetrievedTip  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "scripts"))
-from warmstart_record import lineage, merged_seen  # noqa: E402
+from warmstart_record import init_record, lineage, merged_seen  # noqa: E402
 from note_wordings import (  # noqa: E402
     negation_note,
     observation_answer,
@@ -606,7 +606,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--init {str(args.init)!r} is not an adapter directory (no adapter_config.json); "
                  "give a folder make_warmstart.py wrote")
     try:
-        merged_seen({}, args.init)  # an init that cannot say what it saw is refused before hours of training
+        init_record(args.init)  # an init that cannot say what it saw is refused before hours of training
     except ValueError as exc:
         ap.error(str(exc))
 
@@ -631,7 +631,9 @@ def main(argv: list[str] | None = None) -> int:
     return_trips = return_trip_layouts(env) if args.return_trips else []
     stay_trips = stay_layouts(env) if args.stay_trips else []
     added = [("trap-water-plant", v) for v in return_trips + stay_trips]
-    own_seen = {t: sorted({v for t2, v in layouts + added if t2 == t}) for t in sorted({t for t, _ in layouts + added})}
+    own_seen: dict[str, set[int]] = {}  # task → the layouts this run trains on (warmstart.json's "seen")
+    for task, variation in layouts + added:
+        own_seen.setdefault(task, set()).add(variation)
 
     def per_layout(task: str) -> int:
         return args.plant_per_layout if task == "trap-water-plant" and args.plant_per_layout else args.per_layout
@@ -735,7 +737,7 @@ def main(argv: list[str] | None = None) -> int:
         + (f"; fine-tuned from {args.init} (--init)" if args.init else ""),
         "envs": ["trap"], "tasks": sorted({t for t, _ in layouts}),
         "seen": merged_seen(own_seen, args.init),  # read by tests/test_warm_start.py (unseen adaptation tasks)
-        "lineage": lineage(f"{args.out.name}: trap layouts {own_seen}", args.init),
+        "lineage": lineage(f"{args.out.name}: trap layouts {merged_seen(own_seen, None)}", args.init),
         "recipe": args.recipe, "splits": args.splits, "template_share": args.template, "reflect": args.reflect,
         "reflect_only": args.reflect_only, "pass_by": args.pass_by, "answer_form": args.answer_form,
         "room_questions": args.room_questions, "verdict_weight": args.verdict_weight, "context": args.context,

@@ -11,6 +11,7 @@ flat session it says the memory has no groups. Handlers are plain functions; a r
 
 from __future__ import annotations
 
+from collections import Counter
 from functools import partial
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -61,10 +62,7 @@ def groups_view(studio: Studio, run_id: str) -> tuple[pd.DataFrame, Any, str]:
 def merged_text(sources: str) -> str:
     """`merged_sources` for reading: each episode once, with how many of its entries were merged in
     (an episode stores one entry per step, so one episode often merges several times): "a ×3, b"."""
-    counts: dict[str, int] = {}
-    for episode_id in sources.split():
-        counts[episode_id] = counts.get(episode_id, 0) + 1
-    return ", ".join(e if n == 1 else f"{e} ×{n}" for e, n in counts.items())
+    return ", ".join(e if n == 1 else f"{e} ×{n}" for e, n in Counter(sources.split()).items())
 
 
 @user_errors
