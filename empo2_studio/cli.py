@@ -37,7 +37,7 @@ import tyro
 from empo2_studio import __version__
 from empo2_studio.cli_checks import (  # the names scale.launch reads off this module too
     ABORTED, FAILURE, OK, USAGE, UsageError, check_adapter, check_env, check_unseen_task, discard_new_session,
-    message, open_session, refuse_config_change, session_root,
+    flag_names, message, open_session, refuse_config_change, session_root,
 )  # fmt: skip
 from empo2_studio.cli_commands import COMMANDS, AdaptCmd, AppCmd, DistillCmd, EvalCmd, TrainCmd
 from empo2_studio.cli_records import SHOWN_METRICS, fmt, run_sessions, run_tips
@@ -79,7 +79,7 @@ def _main(argv: Sequence[str] | None) -> int:
     except SystemExit as e:  # tyro/argparse: --help (0) or a bad flag (2)
         return e.code if isinstance(e.code, int) else USAGE
     except UsageError as e:
-        print(f"empo2-studio {name}: {e}", file=sys.stderr)
+        print(f"empo2-studio {name}: {flag_names(str(e))}", file=sys.stderr)
         return USAGE
     except KeyboardInterrupt:
         print("\naborted", file=sys.stderr)
@@ -87,7 +87,7 @@ def _main(argv: Sequence[str] | None) -> int:
     except BrokenPipeError:
         raise
     except (ValueError, KeyError, OSError) as e:
-        print(f"empo2-studio {name}: error: {message(e)}", file=sys.stderr)
+        print(f"empo2-studio {name}: error: {flag_names(message(e))}", file=sys.stderr)
         return FAILURE
     except Exception:
         traceback.print_exc()

@@ -7,8 +7,9 @@ leaves nothing on disk. `cli.py` runs the commands; `cli_commands.py` declares t
 
 from __future__ import annotations
 
+import re
 import shutil
-from dataclasses import asdict, replace
+from dataclasses import asdict, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -44,11 +45,28 @@ def message(e: BaseException) -> str:
     return e.args[0] if isinstance(e, KeyError) and e.args else str(e)
 
 
+_SECTIONS = {s: {f.name for f in fields(part)} for s, part in vars(RunConfig()).items() if hasattr(part, "__dataclass_fields__")}  # fmt: skip
+_FIELD = re.compile(r"\b(" + "|".join(_SECTIONS) + r")\.([a-z_]+)\b")
+
+
+def flag_names(text: str) -> str:
+    """`text` with every config field it names (`env.step_limit`) written as the flag that sets it
+    (`--env.step-limit`), so a terminal user reads what to type; other dotted words are left alone."""
+
+    def flag(m: re.Match) -> str:
+        section, name = m.groups()
+        return f"--{section}.{name.replace('_', '-')}" if name in _SECTIONS[section] else m.group(0)
+
+    return _FIELD.sub(flag, text)
+
+
 def check_env(cfg: RunConfig) -> None:
-    """Reject an unknown task, or training variations outside the task's train split (no JVM starts)."""
+    """Reject an invalid config, an unknown task, or training variations outside the task's train split
+    (no JVM starts)."""
     from empo2_studio.envs import make_env
 
     try:
+        cfg.validate()  # the config's own message (with the valid range) before the environment's
         env = make_env(cfg.env)
     except ValueError as e:
         raise UsageError(str(e)) from None

@@ -36,15 +36,15 @@ def test_overview_and_every_command_help(capsys):
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["train", "--rollout.group-size", "1"], "group_size must be a whole number in 2…256"),
-        (["train", "--algo.low-prob-threshold", "0.5"], "low_prob_threshold"),
-        (["train", "--rollout.p-memory", "1.5"], "p_memory"),
-        (["train", "--algo.adv-eps", "0"], "algo.adv_eps is the ε added to the group std and must be a finite number > 0 (paper: 1e-6), got 0.0"),
+        (["train", "--rollout.group-size", "1"], "--rollout.group-size must be a whole number in 2…256"),
+        (["train", "--algo.low-prob-threshold", "0.5"], "--algo.low-prob-threshold"),
+        (["train", "--rollout.p-memory", "1.5"], "--rollout.p-memory"),
+        (["train", "--algo.adv-eps", "0"], "--algo.adv-eps is the ε added to the group std and must be a finite number > 0 (paper: 1e-6), got 0.0"),
         (["train", "--run-id", "../x"], "invalid run id"),
         (["train", "--resume", "nope"], "no session 'nope'"),
         (["train", "--more", "3"], "--more only applies with --resume"),
         (["train", "--env.task", "nope"], "unknown trap task 'nope'; valid tasks: trap-light-bulb"),
-        (["train", "--env.variations", "0", "30"], "env.variations [30] of 'trap-light-bulb' are outside its train split 0–23"),
+        (["train", "--env.variations", "0", "30"], "--env.variations [30] of 'trap-light-bulb' are outside its train split 0–23"),
         (["train", "--env.name", "scienceworld", "--env.task", "boil", "--env.variations", "9999"], "outside its train split 0–13"),
         (["eval", "--session", "nope"], "available: none"),
         (["eval", "--session", "nope", "--variations", "0"], "--variations must be ≥ 1, got 0"),
@@ -61,8 +61,8 @@ def test_usage_errors_exit_2_without_traceback(sessions, capsys, argv, message):
 
 
 @pytest.mark.parametrize("flag, value, message", [
-    ("--env.step-limit", "100000000", "env.step_limit must be in 1…1000 (ScienceWorld's longest task needs 120) or None, got 100000000"),
-    ("--train.iterations", "10001", "train.iterations must be a positive integer ≤ 10000, got 10001"),
+    ("--env.step-limit", "100000000", "--env.step-limit must be in 1…1000 (ScienceWorld's longest task needs 120) or None, got 100000000"),
+    ("--train.iterations", "10001", "--train.iterations must be a positive integer ≤ 10000, got 10001"),
 ])  # fmt: skip
 def test_sizes_past_the_caps_exit_2_with_one_line(sessions, capsys, flag, value, message):
     assert main(["train", flag, value]) == 2
@@ -71,12 +71,14 @@ def test_sizes_past_the_caps_exit_2_with_one_line(sessions, capsys, flag, value,
     assert list(sessions.iterdir()) == []
 
 
-@pytest.mark.parametrize("flags, error", [
-    (["--policy.lora-target-modules", "nonexistent"], ValueError("policy.lora_target_modules ['nonexistent'] not found in the model")),
-    (["--policy.model", "some/unknown-model"], FileNotFoundError("model 'some/unknown-model' is not in the offline cache")),
+@pytest.mark.parametrize("flags, error, shown", [
+    (["--policy.lora-target-modules", "nonexistent"], ValueError("policy.lora_target_modules ['nonexistent'] not found in the model"),
+     "--policy.lora-target-modules ['nonexistent'] not found in the model"),  # the field named as its flag
+    (["--policy.model", "some/unknown-model"], FileNotFoundError("model 'some/unknown-model' is not in the offline cache"),
+     "model 'some/unknown-model' is not in the offline cache"),
 ])  # fmt: skip
 def test_train_config_the_model_rejects_or_a_model_not_found_exits_2_and_leaves_no_session(sessions, capsys, monkeypatch,
-                                                                                           flags, error):  # fmt: skip
+                                                                                           flags, error, shown):  # fmt: skip
     import empo2_studio.cli as cli
 
     def refuse(session, *, require_checkpoint):
@@ -85,7 +87,7 @@ def test_train_config_the_model_rejects_or_a_model_not_found_exits_2_and_leaves_
     monkeypatch.setattr(cli, "_load_trainer", refuse)
     assert main(["train", *flags]) == 2
     err = capsys.readouterr().err
-    assert str(error) in err and "Traceback" not in err
+    assert shown in err and "Traceback" not in err
     assert list(sessions.iterdir()) == []
 
 
@@ -108,12 +110,12 @@ def test_more_below_one_exits_2_before_anything_loads(sessions, capsys, more):
 def test_a_warm_start_folder_that_is_not_an_adapter_exits_2_and_leaves_no_session(sessions, tmp_path, capsys):
     assert main(["train", "--policy.warm-start", str(tmp_path / "walkback")]) == 2
     err = capsys.readouterr().err
-    assert f"policy.warm_start: {tmp_path / 'walkback' / 'adapter_config.json'} is missing" in err
+    assert f"--policy.warm-start: {tmp_path / 'walkback' / 'adapter_config.json'} is missing" in err
     assert "Traceback" not in err and list(sessions.iterdir()) == []
 
 
 @pytest.mark.parametrize("value, message", [
-    ("", "policy.warm_start is empty ('')"),
+    ("", "--policy.warm-start is empty ('')"),
     ("FILE", "is a file, not an adapter directory"),
 ])  # fmt: skip
 def test_an_empty_or_file_warm_start_exits_2_naming_it(sessions, capsys, value, message):
@@ -178,9 +180,9 @@ def test_resume_refuses_other_model_and_other_settings(sessions, capsys):
     Session.create(sessions, RunConfig(run_id="run-a"))
     assert main(["train", "--resume", "run-a", "--policy.model", "Qwen/Qwen2.5-7B-Instruct"]) == 2
     err = capsys.readouterr().err
-    assert "policy.model: session has 'smollm2-135m-instruct', requested 'Qwen/Qwen2.5-7B-Instruct'" in err
+    assert "--policy.model: session has 'smollm2-135m-instruct', requested 'Qwen/Qwen2.5-7B-Instruct'" in err
     assert main(["train", "--resume", "run-a", "--train.learning-rate", "0.5"]) == 2
-    assert "train.learning_rate" in capsys.readouterr().err
+    assert "--train.learning-rate" in capsys.readouterr().err
     assert main(["train", "--resume", "run-a", "--config", "x.json"]) == 2
     # "auto" names the folder config.json stores: no change (refused only for having no checkpoint)
     assert main(["train", "--resume", "run-a", "--policy.warm-start", "auto"]) == 2
@@ -287,7 +289,7 @@ def test_console_script_help_subprocess(tmp_path):
     done = subprocess.run([*cmd, "train", "--help"], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0 and "--algo.dual-clip" in done.stdout
     bad = subprocess.run([*cmd, "train", "--rollout.group-size", "1"], capture_output=True, text=True, env=env, timeout=120)
-    assert bad.returncode == 2 and "group_size" in bad.stderr and "Traceback" not in bad.stderr
+    assert bad.returncode == 2 and "--rollout.group-size" in bad.stderr and "Traceback" not in bad.stderr
     # a reader that has gone away (`… | head -1`) is not an error: exit 0, nothing on stderr
     read_end, write_end = os.pipe()
     os.close(read_end)  # every write to the pipe now fails with EPIPE
@@ -386,3 +388,14 @@ def test_auto_picks_the_warm_start_by_environment(tmp_path, monkeypatch):
     assert sessions.absolute_paths(RunConfig()).policy.warm_start == str(tmp_path / DEFAULT_WARM_START)
     (tmp_path / SCIENCEWORLD_WARM_START / "adapter_config.json").unlink()
     assert sessions.absolute_paths(sw).policy.warm_start == str(tmp_path / DEFAULT_WARM_START)
+
+
+@pytest.mark.parametrize("text, shown", [
+    ("env.step_limit must be ≥ 1", "--env.step-limit must be ≥ 1"),
+    ("memory.note_writer 'x' and algo.adv_eps", "--memory.note-writer 'x' and --algo.adv-eps"),
+    ("cannot read train.jsonl or env.nope", "cannot read train.jsonl or env.nope"),  # not config fields
+])  # fmt: skip
+def test_flag_names_rewrites_only_config_fields(text, shown):
+    from empo2_studio.cli_checks import flag_names
+
+    assert flag_names(text) == shown
