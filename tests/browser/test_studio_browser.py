@@ -115,6 +115,7 @@ def test_one_training_iteration_updates_the_chart(page, studio_url, artifacts):
     open_tab(page, "Train")
     page.locator("#tr-iterations input").wait_for()
     page.wait_for_function("document.querySelector('#tr-iterations input').value === '1'")
+    saved = int(re.search(r"(\d+) checkpoint", page.locator("#session-banner").inner_text()).group(1))
     page.locator("#tr-start").click()
     try:
         page.locator("#tr-status").get_by_text(re.compile(r"\[done\]")).wait_for()
@@ -122,6 +123,8 @@ def test_one_training_iteration_updates_the_chart(page, studio_url, artifacts):
         page.screenshot(path=str(artifacts / "tab-train.png"), full_page=True)
     page.locator("#tr-score .scatterlayer .trace").first.wait_for()
     assert page.locator("#tr-loss .scatterlayer .trace").count() >= 1
+    # the header counts the checkpoint the run saved, without a reload or a tab switch
+    page.locator("#session-banner").get_by_text(f"{saved + 1} checkpoint(s)").wait_for()
     page.screenshot(path=str(artifacts / "tab-train.png"), full_page=True)
 
 
