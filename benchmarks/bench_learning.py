@@ -142,6 +142,10 @@ def run_trap(args: argparse.Namespace, root: Path, embedder, policy, save) -> di
                           f"score {ev['eval/score_mean']:.1f}", flush=True)
             trainer.save_checkpoint()
             results[arm][seed]["time"] = time.perf_counter() - t0  # training only; evaluation is extra
+            if hasattr(trainer.writer, "remembered"):  # a frozen note writer: how many notes came from its memory
+                results[arm][seed]["notes"] = {"written": trainer.writer.written, "remembered": trainer.writer.remembered}
+                print(f"  {arm:5s} seed {seed} note writer so far: {trainer.writer.written} observation notes written, "
+                      f"{trainer.writer.remembered} answered from memory", flush=True)
             if args.eval_variations > 0:
                 results[arm][seed]["eval"] = trainer.evaluate(split=args.eval_split)
                 save(results)

@@ -259,3 +259,67 @@ def test_auto_writes_scienceworld_tips_with_the_policy_itself():
     actor = EmbeddedLike()
     sw = RunConfig(env=EnvConfig(name="scienceworld", task="find-living-thing"))
     assert load_note_writer(sw, actor) == (actor, "episode")  # the shipped writer knows only the trap
+
+
+class CountingWriter:
+    """A writer whose note is "note k: <prompt>" for its k-th written prompt; records every call."""
+
+    def __init__(self):
+        self.calls, self.written = [], 0
+
+    def write_tips(self, conversations, instruction, *, keys=None):
+        self.calls.append((list(conversations), instruction, keys))
+        prompts = [instruction] * len(conversations) if isinstance(instruction, str) else list(instruction)
+        notes = [f"note {self.written + i}: {p}" for i, p in enumerate(prompts)]
+        self.written += len(prompts)
+        return notes
+
+
+def test_a_frozen_writer_answers_an_observation_it_wrote_about_from_memory():
+    from empo2_studio.policy.note_writer import FrozenWriter
+
+    model = CountingWriter()
+    writer = FrozenWriter(model)
+    assert writer.write_tips([(), (), ()], ["a", "b", "a"]) == ["note 0: a", "note 1: b", "note 0: a"]
+    # a repeat and a new prompt: only the new one reaches the model, in one batch, answers in order
+    assert writer.write_tips([(), ()], ["c", "b"]) == ["note 2: c", "note 1: b"]
+    assert [c[1] for c in model.calls] == [["a", "b"], ["c"]]
+    assert writer.write_tips([(), ()], ["a", "c"]) == ["note 0: a", "note 2: c"] and len(model.calls) == 2
+    assert writer.calls is model.calls  # every other attribute is the model's
+    assert (writer.written, writer.remembered) == (3, 4)
+
+
+def test_a_frozen_writer_sends_whole_episodes_to_the_model_every_time():
+    from empo2_studio.policy.note_writer import FrozenWriter
+
+    model = CountingWriter()
+    writer = FrozenWriter(model)
+    turns = [("look around",)]
+    assert writer.write_tips([turns], "Write a tip.") == ["note 0: Write a tip."]
+    assert writer.write_tips([turns], "Write a tip.") == ["note 1: Write a tip."]  # not remembered
+    assert writer.write_tips([()], ["a"], keys=["ep-1"]) == ["note 2: a"]  # a kept cache: the model's
+    assert writer.write_tips([()], ["a"], keys=["ep-1"]) == ["note 3: a"]
+    assert len(model.calls) == 4
+
+
+def test_a_frozen_writer_keeps_at_most_max_notes_dropping_the_least_recent():
+    from empo2_studio.policy.note_writer import FrozenWriter
+
+    model = CountingWriter()
+    writer = FrozenWriter(model)
+    writer.MAX_NOTES = 2
+    writer.write_tips([(), ()], ["a", "b"])
+    writer.write_tips([()], ["a"])  # a is now the most recent
+    writer.write_tips([()], ["c"])  # drops b
+    assert writer.write_tips([(), ()], ["a", "b"]) == ["note 0: a", "note 3: b"]  # b written again
+
+
+def test_a_frozen_writer_refuses_a_model_that_returns_too_few_notes():
+    from empo2_studio.policy.note_writer import FrozenWriter
+
+    class Short(CountingWriter):
+        def write_tips(self, conversations, instruction, *, keys=None):
+            return super().write_tips(conversations, instruction, keys=keys)[:-1]
+
+    with pytest.raises(ValueError, match="returned 1 notes for 2 observations"):
+        FrozenWriter(Short()).write_tips([(), ()], ["a", "b"])

@@ -6,15 +6,18 @@ about one observation at a time, where the things the task names are or are not
 (`memory.reflection.write_observation_notes`). On the trap's test layouts its notes state what the
 episode found in 0.97–1.00 of won and failed episodes, against 0.42–0.58 for the best writer of whole
 episodes (docs/notebook/2026-12-04-observation-notes.md). For any other model "auto" is the policy itself.
+A loaded writer is a `FrozenWriter`: it never trains and decodes greedily, so it writes about one
+observation once per process and answers the same observation again from memory.
 """
 
 from __future__ import annotations
 
 import json
 import threading
+from collections import OrderedDict
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from empo2_studio.config import EMBEDDED_MODEL, PolicyConfig, RunConfig
 from empo2_studio.policy.loading import WARM_START_DIR, load_policy
@@ -62,6 +65,54 @@ def _meta(folder: Path) -> dict[str, Any]:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
+class FrozenWriter:
+    """A note writer whose weights never change, with its notes on single observations remembered.
+
+    It decodes greedily, so one observation prompt always gets the same note: a prompt written about
+    before is answered from memory instead of by the model (a race plays each training layout every few
+    iterations and sees the same rooms again; a lesson replays its variations). Whole-episode notes
+    (conversations with turns, or kept caches `keys`) go to the model every time. Every other attribute
+    is the wrapped policy's. At most `MAX_NOTES` notes are kept, the least recently used dropped first.
+    """
+
+    MAX_NOTES = 20_000
+
+    def __init__(self, policy: Any):
+        self.policy = policy
+        self._notes: OrderedDict[str, str] = OrderedDict()
+        self._lock = threading.Lock()
+        self.written = self.remembered = 0  # observation notes the model wrote, and answered from memory
+
+    def __getattr__(self, name: str) -> Any:  # only for names not set above: the policy's
+        return getattr(self.policy, name)
+
+    def write_tips(self, conversations: Sequence[Any], instruction: str | Sequence[str], *,
+                   keys: Sequence[str] | None = None) -> list[str]:  # fmt: skip
+        """`policy.write_tips`, answering an observation prompt (an empty conversation, one instruction
+        each) the model wrote about before from memory; one batch for the rest, in order.
+        Raises ValueError if the model returns another number of notes than it was asked for."""
+        if keys is not None or isinstance(instruction, str) or any(len(c) for c in conversations):
+            return self.policy.write_tips(conversations, instruction, keys=keys)
+        prompts = list(instruction)
+        with self._lock:
+            known = {p: self._notes[p] for p in prompts if p in self._notes}
+        todo = list(dict.fromkeys(p for p in prompts if p not in known))
+        if todo:  # the model runs outside the lock: another job's notes need not wait for it
+            replies = self.policy.write_tips([()] * len(todo), todo)
+            if len(replies) != len(todo):
+                raise ValueError(f"the note writer returned {len(replies)} notes for {len(todo)} observations")
+            known.update(zip(todo, replies))
+        with self._lock:
+            self.written += len(todo)
+            self.remembered += len(prompts) - len(todo)
+            for p, note in known.items():
+                self._notes[p] = note
+                self._notes.move_to_end(p)
+            while len(self._notes) > self.MAX_NOTES:
+                self._notes.popitem(last=False)
+        return [known[p] for p in prompts]
+
+
 _LOADED: dict[PolicyConfig, Any] = {}
 """Writers loaded so far, by config: a writer is never trained, so every run of a process shares it."""
 _LOCK = threading.Lock()
@@ -85,6 +136,6 @@ def load_note_writer(cfg: RunConfig, policy: Any, writer: Any | None = None) -> 
         key = replace(cfg.policy, warm_start=str(folder), adapter=None)
         with _LOCK:
             if key not in _LOADED:
-                _LOADED[key] = load_policy(key)
+                _LOADED[key] = FrozenWriter(load_policy(key))
             writer = _LOADED[key]
     return writer, note_context(cfg.memory.note_context, folder)
