@@ -3,8 +3,12 @@
 A benchmark run with `--result NAME` writes benchmarks/results/NAME.json (benchmarks/_results.py). A table
 in docs/benchmarks/*.md marked by `<!-- result: NAME -->` on the line above it (blank lines between are
 allowed; several names: `<!-- result: A, B -->`) is traced: every number in its data cells must be in
-one of those files. Tables with numbers and without a marker are listed as untraced (`pytest -s` prints
-them) and do not fail yet. The rule, for a number written with d decimals, is in `matches`.
+one of those files. A table with numbers and no such marker must say so where a reader sees it: the line
+above it begins "*Untraced:" (a run from before result files were kept; `pytest -s` lists them), or, for
+a table whose numbers are not measurements (an index), `<!-- not a result: WHY -->`. An unmarked table
+with numbers fails. In README.md a marker sits inline after a claim: the numbers from the start of its
+paragraph, bullet or sentence run (or the previous marker) up to the marker must be in the named files.
+The rule, for a number written with d decimals, is in `matches`.
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs" / "benchmarks"
 RESULTS = ROOT / "benchmarks" / "results"
 MARKER = re.compile(r"^<!--\s*result:\s*(.+?)\s*-->\s*$")
+INLINE = re.compile(r"<!--\s*result:\s*(.+?)\s*-->", re.DOTALL)
+UNTRACED = re.compile(r"^\*Untraced:|^<!--\s*not a result:")
 NUMBER = re.compile(r"(?<![\w.])(\d{1,3}(?:,\d{3})+|\d+)(\.\d+)?(%?)(?!\w)")
 """A number standing alone: 0.50, 1,464, 92%, 3.1× (not the 32 of fp32, the 1 of 1k or the 30 of ws30)."""
 NOT_NUMBERS = [
@@ -43,6 +49,7 @@ class Table:
     header: str
     rows: list[list[str]]  # data cells
     names: list[str]  # result files named by its marker, [] when untraced
+    labelled: bool = False  # untraced, and the page says so above it ("*Untraced: …" or not a result)
 
     def where(self) -> str:
         return f"{self.page.relative_to(ROOT)}:{self.line} (table {self.header[:60]!r})"
@@ -66,7 +73,8 @@ def tables(page: Path) -> list[Table]:
                 k -= 1
             marker = MARKER.match(lines[k].strip()) if k >= 0 else None
             names = [n.strip() for n in marker.group(1).split(",")] if marker else []
-            found.append(Table(page, i + 1, lines[i].strip(), [cells(row) for row in lines[i + 2 : j]], names))
+            labelled = k >= 0 and bool(UNTRACED.match(lines[k].strip()))
+            found.append(Table(page, i + 1, lines[i].strip(), [cells(row) for row in lines[i + 2 : j]], names, labelled))
             i = j
         else:
             i += 1
@@ -156,6 +164,9 @@ def test_every_traced_table_holds_only_numbers_its_result_files_hold():
         if not table.names:
             if any(numbers_in_text(cell) for row in table.rows for cell in row):  # a table of links is no claim
                 untraced.append(table.where())
+                if not table.labelled:
+                    problems.append(f"{table.where()}: numbers without a result marker and without an "
+                                    "'*Untraced: …' line above the table")
             continue
         traced += 1
         absent = [n for n in table.names if not (RESULTS / f"{n}.json").is_file()]
@@ -165,9 +176,50 @@ def test_every_traced_table_holds_only_numbers_its_result_files_hold():
         held = [v for n in table.names for v in result_values(load_result(n))]
         for number in missing_numbers(table, held):
             problems.append(f"{table.where()}: {number} is in no value of results/{', '.join(table.names)}.json")
-    print(f"\n{traced} traced table(s); {len(untraced)} untraced (no <!-- result: NAME --> marker):")
+    print(f"\n{traced} traced table(s); {len(untraced)} untraced (labelled so on the page):")
     print("\n".join(f"  untraced: {where}" for where in untraced))
     assert not problems, "\n".join(problems)
+
+
+def inline_claims(text: str) -> list[tuple[int, str, list[str]]]:
+    """(line, claim text, result names) for every inline `<!-- result: … -->` in `text` (it may wrap):
+    the claim is what runs up to the marker from the latest of: the start of its paragraph or bullet (a
+    blank line, "- ", "#" or "|" starts one), the end of the sentence before it (". ", so not the dot of
+    0.50), the previous marker."""
+    claims, prev = [], 0
+    for m in INLINE.finditer(text):
+        claim = re.split(r"\n\s*\n|\n(?=\s*(?:- |#|\|))", text[prev : m.start()])[-1]
+        claim = re.split(r"[.!?]\s", claim)[-1]
+        names = [name.strip() for name in m.group(1).split(",")]
+        claims.append((text.count("\n", 0, m.start()) + 1, claim, names))
+        prev = m.end()
+    return claims
+
+
+def test_every_marked_readme_claim_holds_only_numbers_its_result_files_hold():
+    problems = []
+    claims = inline_claims((ROOT / "README.md").read_text(encoding="utf-8"))
+    for line, claim, names in claims:
+        absent = [n for n in names if not (RESULTS / f"{n}.json").is_file()]
+        if absent:
+            problems.append(f"README.md:{line}: no benchmarks/results/{', '.join(absent)}.json")
+            continue
+        held = [v for n in names for v in result_values(load_result(n))]
+        problems += [f"README.md:{line}: {written} ({claim.strip()[-80:]!r}) is in no value of {', '.join(names)}"
+                     for written, value, decimals, percent in numbers_in_text(claim)
+                     if not matches(value, decimals, percent, held)]  # fmt: skip
+    assert len(claims) >= 5, "the README's headline numbers carry result markers"
+    assert not problems, "\n".join(problems)
+
+
+def test_inline_claims_run_from_the_bullet_or_the_previous_marker():
+    text = ("Intro 7.\n\n- **Race**: EMPO² 0.92 against GRPO 0.00 <!-- result: race --> after 60\n"
+            "  iterations <!-- result: a, b -->; more 5.\n- next 3 <!-- result: c -->\n\nSeen 9 times. Then 0.50 "
+            "<!-- result: d -->\n")
+    assert inline_claims(text) == [(3, "- **Race**: EMPO² 0.92 against GRPO 0.00 ", ["race"]),
+                                   (4, " after 60\n  iterations ", ["a", "b"]), (5, "- next 3 ", ["c"]),
+                                   (7, "Then 0.50 ", ["d"])]  # fmt: skip
+    assert inline_claims("x 1 <!-- result: a,\n  b -->") == [(1, "x 1 ", ["a", "b"])]  # a marker may wrap
 
 
 def test_the_check_names_the_page_the_table_and_the_number(tmp_path, monkeypatch):
