@@ -116,6 +116,7 @@ def run_trap(args: argparse.Namespace, root: Path, embedder, policy, save) -> di
             trainer = Trainer(cfg, session, policy=policy, embedder=embedder)
             trainer.write_tips = reads_tips(cfg)  # GRPO spends no compute on tips it never reads
             t0 = time.perf_counter()
+            notes0 = (getattr(trainer.writer, "written", 0), getattr(trainer.writer, "remembered", 0))
             rows: list[dict] = []
             results[arm][seed] = {"rows": rows, "eval": {}, "eval_start": start_eval, "time": 0.0, "evals": []}
             if args.eval_variations > 0 and not start_eval:
@@ -142,10 +143,13 @@ def run_trap(args: argparse.Namespace, root: Path, embedder, policy, save) -> di
                           f"score {ev['eval/score_mean']:.1f}", flush=True)
             trainer.save_checkpoint()
             results[arm][seed]["time"] = time.perf_counter() - t0  # training only; evaluation is extra
-            if hasattr(trainer.writer, "remembered"):  # a frozen note writer: how many notes came from its memory
-                results[arm][seed]["notes"] = {"written": trainer.writer.written, "remembered": trainer.writer.remembered}
-                print(f"  {arm:5s} seed {seed} note writer so far: {trainer.writer.written} observation notes written, "
-                      f"{trainer.writer.remembered} answered from memory", flush=True)
+            if trainer.write_tips and hasattr(trainer.writer, "remembered"):  # a frozen writer: notes from its memory
+                # the writer is shared by every run of this process: count this run's notes only (a later
+                # seed finds the earlier seeds' notes remembered, so its memory phase is shorter)
+                notes = {"written": trainer.writer.written - notes0[0], "remembered": trainer.writer.remembered - notes0[1]}
+                results[arm][seed]["notes"] = notes
+                print(f"  {arm:5s} seed {seed} note writer: {notes['written']} observation notes written, "
+                      f"{notes['remembered']} answered from memory", flush=True)
             if args.eval_variations > 0:
                 results[arm][seed]["eval"] = trainer.evaluate(split=args.eval_split)
                 save(results)

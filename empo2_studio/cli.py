@@ -79,7 +79,7 @@ def _main(argv: Sequence[str] | None) -> int:
     except SystemExit as e:  # tyro/argparse: --help (0) or a bad flag (2)
         return e.code if isinstance(e.code, int) else USAGE
     except UsageError as e:
-        print(f"empo2-studio {name}: {flag_names(str(e))}", file=sys.stderr)
+        print(f"empo2-studio {name}: {flag_names(str(e)) if name == 'train' else e}", file=sys.stderr)
         return USAGE
     except KeyboardInterrupt:
         print("\naborted", file=sys.stderr)
@@ -87,7 +87,8 @@ def _main(argv: Sequence[str] | None) -> int:
     except BrokenPipeError:
         raise
     except (ValueError, KeyError, OSError) as e:
-        print(f"empo2-studio {name}: error: {flag_names(message(e))}", file=sys.stderr)
+        text = message(e)  # only train takes config flags: other commands' messages keep the field names
+        print(f"empo2-studio {name}: error: {flag_names(text) if name == 'train' else text}", file=sys.stderr)
         return FAILURE
     except Exception:
         traceback.print_exc()

@@ -31,7 +31,9 @@ DOCS = ROOT / "docs" / "benchmarks"
 RESULTS = ROOT / "benchmarks" / "results"
 MARKER = re.compile(r"^<!--\s*result:\s*(.+?)\s*-->\s*$")
 INLINE = re.compile(r"<!--\s*result:\s*(.+?)\s*-->", re.DOTALL)
-UNTRACED = re.compile(r"^\*Untraced:|^<!--\s*not a result:")
+UNTRACED = re.compile(r"^\*Untraced:")
+NOT_A_RESULT = re.compile(r"^<!--\s*not a result:")
+"""Allowed only on docs/benchmarks/README.md (its index of pages): numbers that are no measurement."""
 NUMBER = re.compile(r"(?<![\w.])(\d{1,3}(?:,\d{3})+|\d+)(\.\d+)?(%?)(?!\w)")
 """A number standing alone: 0.50, 1,464, 92%, 3.1× (not the 32 of fp32, the 1 of 1k or the 30 of ws30)."""
 NOT_NUMBERS = [
@@ -73,7 +75,8 @@ def tables(page: Path) -> list[Table]:
                 k -= 1
             marker = MARKER.match(lines[k].strip()) if k >= 0 else None
             names = [n.strip() for n in marker.group(1).split(",")] if marker else []
-            labelled = k >= 0 and bool(UNTRACED.match(lines[k].strip()))
+            above = lines[k].strip() if k >= 0 else ""
+            labelled = bool(UNTRACED.match(above) or (page.name == "README.md" and NOT_A_RESULT.match(above)))
             found.append(Table(page, i + 1, lines[i].strip(), [cells(row) for row in lines[i + 2 : j]], names, labelled))
             i = j
         else:
@@ -196,15 +199,44 @@ def inline_claims(text: str) -> list[tuple[int, str, list[str]]]:
     return claims
 
 
+def subtrees(data, path: str) -> list:
+    """The parts of a result file at `path`: keys joined by ".", "*" for every key or item, a number
+    for a list's item ("results.adapt.*.3": trial 3 of every task); [] when nothing is there."""
+    found = [data]
+    for key in path.split("."):
+        nxt = []
+        for part in found:
+            if isinstance(part, dict):
+                nxt += list(part.values()) if key == "*" else [part[key]] if key in part else []
+            elif isinstance(part, list):
+                nxt += part if key == "*" else [part[int(key)]] if key.isdigit() and int(key) < len(part) else []
+        found = nxt
+    return found
+
+
+def claim_values(entry: str) -> list[float]:
+    """What a README marker entry vouches for: `NAME#PATH#PATH…`, the values under each path of
+    results/NAME.json (`subtrees`); a bare NAME is the whole file. AssertionError when a path holds nothing."""
+    name, *paths = [x.strip() for x in entry.split("#")]
+    data = load_result(name)
+    out = []
+    for path in paths or [""]:
+        parts = subtrees(data, path) if path else [data]
+        assert parts, f"results/{name}.json has nothing at {path!r}"
+        out += [v for part in parts for v in result_values(part)]
+    return out
+
+
 def test_every_marked_readme_claim_holds_only_numbers_its_result_files_hold():
     problems = []
     claims = inline_claims((ROOT / "README.md").read_text(encoding="utf-8"))
     for line, claim, names in claims:
-        absent = [n for n in names if not (RESULTS / f"{n}.json").is_file()]
+        absent = [n for n in names if not (RESULTS / f"{n.split('#')[0].strip()}.json").is_file()]
         if absent:
             problems.append(f"README.md:{line}: no benchmarks/results/{', '.join(absent)}.json")
             continue
-        held = [v for n in names for v in result_values(load_result(n))]
+        assert all("#" in n for n in names), f"README.md:{line}: name the part of the file a claim reads (NAME#PATH)"
+        held = [v for n in names for v in claim_values(n)]
         problems += [f"README.md:{line}: {written} ({claim.strip()[-80:]!r}) is in no value of {', '.join(names)}"
                      for written, value, decimals, percent in numbers_in_text(claim)
                      if not matches(value, decimals, percent, held)]  # fmt: skip
@@ -220,6 +252,15 @@ def test_inline_claims_run_from_the_bullet_or_the_previous_marker():
                                    (4, " after 60\n  iterations ", ["a", "b"]), (5, "- next 3 ", ["c"]),
                                    (7, "Then 0.50 ", ["d"])]  # fmt: skip
     assert inline_claims("x 1 <!-- result: a,\n  b -->") == [(1, "x 1 ", ["a", "b"])]  # a marker may wrap
+
+
+def test_a_claim_reads_only_the_part_of_the_file_its_path_names():
+    data = {"command": "x --iterations 8", "results": {"adapt": {"a": [[0.0, 0.0], [0.5, 1.0]], "b": [[0.0], [0.25]]},
+                                                       "p": [0.16, 0.85]}}  # fmt: skip
+    assert subtrees(data, "results.adapt.*.1") == [[0.5, 1.0], [0.25]]
+    assert subtrees(data, "results.adapt.a.5") == [] and subtrees(data, "results.nope") == []
+    held = [v for part in subtrees(data, "results.adapt.*.1") for v in result_values(part)]
+    assert matches(0.75, 2, False, held) and not matches(0.85, 2, False, held)  # 0.85 is elsewhere in the file
 
 
 def test_the_check_names_the_page_the_table_and_the_number(tmp_path, monkeypatch):

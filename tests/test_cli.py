@@ -42,7 +42,7 @@ def test_overview_and_every_command_help(capsys):
         (["train", "--algo.adv-eps", "0"], "--algo.adv-eps is the ε added to the group std and must be a finite number > 0 (paper: 1e-6), got 0.0"),
         (["train", "--run-id", "../x"], "invalid run id"),
         (["train", "--resume", "nope"], "no session 'nope'"),
-        (["train", "--more", "3"], "--more only applies with --resume"),
+        (["train", "--more", "3"], "--more only applies with --resume; use --train.iterations for a new run"),
         (["train", "--env.task", "nope"], "unknown trap task 'nope'; valid tasks: trap-light-bulb"),
         (["train", "--env.variations", "0", "30"], "--env.variations [30] of 'trap-light-bulb' are outside its train split 0–23"),
         (["train", "--env.name", "scienceworld", "--env.task", "boil", "--env.variations", "9999"], "outside its train split 0–13"),
@@ -394,6 +394,9 @@ def test_auto_picks_the_warm_start_by_environment(tmp_path, monkeypatch):
     ("env.step_limit must be ≥ 1", "--env.step-limit must be ≥ 1"),
     ("memory.note_writer 'x' and algo.adv_eps", "--memory.note-writer 'x' and --algo.adv-eps"),
     ("cannot read train.jsonl or env.nope", "cannot read train.jsonl or env.nope"),  # not config fields
+    ("use --train.iterations for a new run", "use --train.iterations for a new run"),  # already a flag
+    ("no folder /home/u/env.name/x or ./policy.model", "no folder /home/u/env.name/x or ./policy.model"),  # paths
+    ("set `env.task` (scale.vllm_urls)", "set `--env.task` (--scale.vllm-urls)"),
 ])  # fmt: skip
 def test_flag_names_rewrites_only_config_fields(text, shown):
     from empo2_studio.cli_checks import flag_names

@@ -287,6 +287,11 @@ def test_a_frozen_writer_answers_an_observation_it_wrote_about_from_memory():
     assert writer.write_tips([(), ()], ["a", "c"]) == ["note 0: a", "note 2: c"] and len(model.calls) == 2
     assert writer.calls is model.calls  # every other attribute is the model's
     assert (writer.written, writer.remembered) == (3, 4)
+    writer.decoding = "free"  # a setting reaches the model (bench_notes' part ask scores with it)
+    assert model.decoding == "free" and "decoding" not in vars(writer)
+    import copy
+
+    assert copy.copy(writer).policy is model  # a copy does not recurse through __getattr__
 
 
 def test_a_frozen_writer_sends_whole_episodes_to_the_model_every_time():

@@ -79,9 +79,9 @@ def build_blocks(studio: Studio) -> gr.Blocks:
         train_page.select(
             lambda rid: (banner(studio, rid), gr.Dropdown(choices=train_tab.distill_choices(studio, rid))),
             [run_id], [session_md, tr["distill_ids"]], show_progress="hidden")  # fmt: skip
-        # the header's checkpoint count follows a training or distill job while it saves (a listing per tick)
-        tr["panel"].timer.tick(partial(banner, studio), [run_id], session_md, show_progress="hidden",
-                               concurrency_limit=None)  # fmt: skip
+        # the header's checkpoint count follows a training or distill job while it saves: read after each
+        # poll (a listing per tick), so the tick that sees the job finished also sees its last checkpoint
+        tr["polled"].then(partial(banner, studio), [run_id], session_md, show_progress="hidden")
         tips_page.select(*tips["on_open"], show_progress="hidden")
         episodes_page.select(*ep["on_open"], show_progress="hidden")
 

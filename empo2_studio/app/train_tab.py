@@ -168,7 +168,7 @@ def build_train_tab(studio: Studio, run_id: gr.State) -> dict[str, Any]:
 
     started = panel.on_start(start.click, partial(start_training, studio), [run_id, *form], run_id)
     panel.on_start(distill.click, partial(start_distill, studio), [run_id, distill_ids])
-    panel.on_poll(partial(poll_training, studio), plots, [run_id])
+    polled = panel.on_poll(partial(poll_training, studio), plots, [run_id])
     panel.on_stop(stop, studio.jobs)
 
     def refresh(rid: str) -> dict[Any, Any]:
@@ -182,4 +182,4 @@ def build_train_tab(studio: Studio, run_id: gr.State) -> dict[str, Any]:
         started.then(fn, [run_id], outputs)
 
     return {"panel": panel, "form": form, "plots": plots, "distill_ids": distill_ids,
-            "refresh": (refresh, [*form, *plots, distill_ids]), "switched": switched}  # fmt: skip
+            "refresh": (refresh, [*form, *plots, distill_ids]), "switched": switched, "polled": polled}  # fmt: skip

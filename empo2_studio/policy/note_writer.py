@@ -71,11 +71,14 @@ class FrozenWriter:
     It decodes greedily, so one observation prompt always gets the same note: a prompt written about
     before is answered from memory instead of by the model (a race plays each training layout every few
     iterations and sees the same rooms again; a lesson replays its variations). Whole-episode notes
-    (conversations with turns, or kept caches `keys`) go to the model every time. Every other attribute
-    is the wrapped policy's. At most `MAX_NOTES` notes are kept, the least recently used dropped first.
+    (conversations with turns, or kept caches `keys`) go to the model every time. Every other attribute,
+    read or set, is the wrapped policy's. At most `MAX_NOTES` notes are kept, the least recently used
+    dropped first. (Greedy decoding in batches of other sizes can break a near-tie another way: a
+    remembered note is the one written in the batch that first saw its prompt.)
     """
 
     MAX_NOTES = 20_000
+    _OWN = frozenset({"policy", "_notes", "_lock", "written", "remembered", "MAX_NOTES"})
 
     def __init__(self, policy: Any):
         self.policy = policy
@@ -84,7 +87,13 @@ class FrozenWriter:
         self.written = self.remembered = 0  # observation notes the model wrote, and answered from memory
 
     def __getattr__(self, name: str) -> Any:  # only for names not set above: the policy's
+        if name in FrozenWriter._OWN:  # not yet set (a copy being built): never ask the policy
+            raise AttributeError(name)
         return getattr(self.policy, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # a setting such as `decoding` is the model's: set on the wrapper it would not reach the model
+        object.__setattr__(self, name, value) if name in FrozenWriter._OWN else setattr(self.policy, name, value)
 
     def write_tips(self, conversations: Sequence[Any], instruction: str | Sequence[str], *,
                    keys: Sequence[str] | None = None) -> list[str]:  # fmt: skip
