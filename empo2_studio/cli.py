@@ -111,17 +111,33 @@ def _parse(name: str, args: list[str]) -> Any:
     default = TrainCmd()
     config_path = _peek_flag(args, "--config")
     resume = _peek_flag(args, "--resume")
+    for flag, value in (("--config", config_path), ("--resume", resume)):
+        if value is not None and not value.strip():  # not ignored: a new default run would start
+            raise UsageError(f"{flag} needs a {'file' if flag == '--config' else 'run id'}, got {value!r}")
     if config_path and resume:
         raise UsageError("give either --config (a new run) or --resume (an existing run), not both")
     if config_path:
         try:
-            default = TrainCmd(run=RunConfig.from_json(Path(config_path).read_text()))
-        except (OSError, ValueError, TypeError) as e:
-            raise UsageError(f"cannot read config {config_path}: {message(e)}") from None
+            data = json.loads(Path(config_path).read_text())
+            if not isinstance(data, dict):
+                raise TypeError(f"got {type(data).__name__}")
+            default = TrainCmd(run=RunConfig.from_dict(data))
+        except (OSError, ValueError, TypeError, AttributeError) as e:
+            raise UsageError(f"cannot read config {config_path}: {_config_error(e)}") from None
     if resume:
         session = open_session(resume, _peek_flag(args, "--sessions-dir"))
         default = TrainCmd(run=session.config)
     return tyro.cli(TrainCmd, args=args, prog=prog, default=default)
+
+
+def _config_error(e: BaseException) -> str:
+    """Why a config file was refused, in words (JSON's own "Expecting value: line 1 column 1" alone
+    does not say the file is not JSON)."""
+    if isinstance(e, json.JSONDecodeError):
+        return f"not a JSON object ({e})"
+    if isinstance(e, (TypeError, AttributeError)):
+        return f"it must be a JSON object of config sections, like a session's config.json ({e})"
+    return message(e)
 
 
 def _peek_flag(args: list[str], flag: str) -> str | None:
@@ -266,6 +282,8 @@ def run_adapt(cmd: AdaptCmd) -> int:
 def run_distill(cmd: DistillCmd) -> int:
     if bool(cmd.episodes) == cmd.all_memory:
         raise UsageError("give exactly one of --episodes id,id,... or --all-memory")
+    if cmd.episodes is not None and not cmd.episodes.replace(",", "").strip():  # before the model loads
+        raise UsageError(f"--episodes names no episode id, got {cmd.episodes!r}")
     session = open_session(cmd.session, cmd.sessions_dir)
     if cmd.all_memory:
         ids = [e.episode_id for e in session.episodes() if e.rollout_mode == "memory" and e.update_mode is not None]

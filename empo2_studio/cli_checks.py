@@ -46,7 +46,8 @@ def message(e: BaseException) -> str:
 
 
 _SECTIONS = {s: {f.name for f in fields(part)} for s, part in vars(RunConfig()).items() if hasattr(part, "__dataclass_fields__")}  # fmt: skip
-_FIELD = re.compile(r"(?<![\w./-])(" + "|".join(_SECTIONS) + r")\.([a-z_]+)\b")  # not in a path or a flag
+# not inside a path, a quoted value or a flag: nothing glued before, no ".json" or "/x" after
+_FIELD = re.compile(r"(?<![\w./'\"-])(" + "|".join(_SECTIONS) + r")\.([a-z_]+)\b(?!\.?[\w/])")
 
 
 def flag_names(text: str) -> str:

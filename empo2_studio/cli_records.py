@@ -8,7 +8,7 @@ import sys
 from dataclasses import asdict
 from typing import Any
 
-from empo2_studio.cli_checks import OK, check_tip_file, open_session, session_root
+from empo2_studio.cli_checks import OK, UsageError, check_tip_file, open_session, session_root
 from empo2_studio.cli_commands import SessionsCmd, TipsCmd, TipsExport, TipsImport, TipsList
 from empo2_studio.sessions import list_sessions
 
@@ -19,6 +19,10 @@ SHOWN_METRICS = ("rollout/score_mean", "rollout/success_rate", "loss/policy", "m
 def run_tips(cmd: TipsCmd) -> int:
     """`empo2-studio tips list|export|import|reembed --session RUN_ID`."""
     a = cmd.action
+    if isinstance(a, TipsList):  # bad filters are usage errors, before a session or an embedder opens
+        for flag, value in (("--limit", a.limit), ("--variation", a.variation)):
+            if value is not None and (isinstance(value, bool) or value < (1 if flag == "--limit" else 0)):
+                raise UsageError(f"{flag} must be {'≥ 1' if flag == '--limit' else '≥ 0'}, got {value}")
     session = open_session(a.session, a.sessions_dir)
     structured = session.config.memory.structure != "flat"
     where = session.tips_path.with_name(f"{session.tips_path.stem}-structured{session.tips_path.suffix}") if structured else session.tips_path

@@ -277,19 +277,20 @@ class RunConfig:
         _choice("env.name", self.env.name, ENV_NAMES)
         if self.env.step_limit is not None and not 1 <= self.env.step_limit <= MAX_STEP_LIMIT:
             raise ValueError(f"env.step_limit must be in 1…{MAX_STEP_LIMIT} (ScienceWorld's longest task needs 120) or None, got {self.env.step_limit!r}")  # fmt: skip
-        if any(v < 0 for v in self.env.variations):
-            raise ValueError(f"env.variations must be ≥ 0, got {self.env.variations!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ValueError(f"seed must be a whole number ≥ 0, got {self.seed!r}")
+        if not isinstance(self.env.variations, (list, tuple)) or any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in self.env.variations):  # fmt: skip
+            raise ValueError(f"env.variations must be whole numbers ≥ 0, got {(list(v) if isinstance(v := self.env.variations, tuple) else v)!r}")
         p = self.policy
         _choice("policy.quantization", p.quantization, QUANTIZATIONS)
         _choice("policy.decoding", p.decoding, DECODINGS)
         _choice("policy.choice_norm", p.choice_norm, CHOICE_NORMS)
         for name in ("lora_r", "lora_alpha", "max_action_tokens"):
             _positive(f"policy.{name}", getattr(p, name))
-        if p.lora_layers is not None:
-            _positive("policy.lora_layers", p.lora_layers)
+        for name in ("lora_layers", "max_tip_tokens"):  # None: every layer / the model's default
+            if getattr(p, name) is not None:
+                _positive(f"policy.{name}", getattr(p, name))
         _between("policy.lora_dropout", p.lora_dropout, 0.0, 1.0)
-        if p.max_tip_tokens is not None:
-            _positive("policy.max_tip_tokens", p.max_tip_tokens)
         _choice("policy.device", p.device, DEVICES)
         m = self.memory
         for name, valid in (("embedder", EMBEDDER_NAMES), ("note_context", NOTE_CONTEXTS), ("structure", MEMORY_STRUCTURES)):
@@ -316,7 +317,6 @@ class RunConfig:
         _between("algo.clip_high", a.clip_high, 0.0, 10.0)
         if not a.dual_clip > 1.0:
             raise ValueError(f"algo.dual_clip must be > 1, got {a.dual_clip!r}")
-        _between("algo.kl_coef", a.kl_coef, 0.0, math.inf)
         for name, valid in (("loss_agg", LOSS_AGGS), ("off_policy_loss", OFF_POLICY_LOSSES),
                             ("low_prob_mask", LOW_PROB_RULES), ("low_prob_ref", LOW_PROB_REFS)):
             _choice(f"algo.{name}", getattr(a, name), valid)
@@ -324,8 +324,8 @@ class RunConfig:
             raise ValueError(f"algo.low_prob_threshold is a log-prob and must be ≤ 0, got {a.low_prob_threshold!r}")
         if isinstance(a.adv_eps, bool) or not isinstance(a.adv_eps, (int, float)) or not 0.0 < a.adv_eps < math.inf:
             raise ValueError(f"algo.adv_eps is the ε added to the group std and must be a finite number > 0 (paper: 1e-6), got {a.adv_eps!r}")
-        _between("algo.intrinsic_coef", a.intrinsic_coef, 0.0, math.inf)
-        _between("algo.step_advantage_coef", a.step_advantage_coef, 0.0, math.inf)
+        for name in ("kl_coef", "intrinsic_coef", "step_advantage_coef"):
+            _between(f"algo.{name}", getattr(a, name), 0.0, math.inf)
         _between("algo.step_gamma", a.step_gamma, 0.0, 1.0)
         _between("algo.novelty_threshold", a.novelty_threshold, -1.0, 1.0)
         t = self.train

@@ -397,8 +397,42 @@ def test_auto_picks_the_warm_start_by_environment(tmp_path, monkeypatch):
     ("use --train.iterations for a new run", "use --train.iterations for a new run"),  # already a flag
     ("no folder /home/u/env.name/x or ./policy.model", "no folder /home/u/env.name/x or ./policy.model"),  # paths
     ("set `env.task` (scale.vllm_urls)", "set `--env.task` (--scale.vllm-urls)"),
+    ("cannot read config train.iterations.json", "cannot read config train.iterations.json"),  # relative paths
+    ("train.iterations/adapter_config.json is missing", "train.iterations/adapter_config.json is missing"),
+    ("'env.step_limit' is not a PEFT adapter directory", "'env.step_limit' is not a PEFT adapter directory"),
+    ("it needs env.task.", "it needs --env.task."),  # the end of a sentence is not a path
 ])  # fmt: skip
 def test_flag_names_rewrites_only_config_fields(text, shown):
     from empo2_studio.cli_checks import flag_names
 
     assert flag_names(text) == shown
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["train", "--resume", ""], "--resume needs a run id, got ''"),
+    (["train", "--config", " "], "--config needs a file, got ' '"),
+    (["train", "--resume", "", "--more", "3"], "--resume needs a run id, got ''"),
+    (["distill", "--session", "nope", "--episodes", ",,,"], "--episodes names no episode id, got ',,,'"),
+    (["tips", "list", "--session", "nope", "--limit", "0"], "--limit must be ≥ 1, got 0"),
+    (["tips", "list", "--session", "nope", "--variation", "-5"], "--variation must be ≥ 0, got -5"),
+])  # fmt: skip
+def test_empty_ids_and_bad_filters_exit_2_before_anything_opens(sessions, capsys, argv, message):
+    assert main([*argv, "--sessions-dir", str(sessions)]) == 2
+    assert message in capsys.readouterr().err
+    assert list(sessions.iterdir()) == []  # no default run started, nothing written
+
+
+@pytest.mark.parametrize("text, shown", [
+    ('{"seed": "x"}', "seed must be a whole number ≥ 0, got 'x'"),
+    ('{"env": {"variations": "abc"}}', "--env.variations must be whole numbers ≥ 0, got 'abc'"),
+    ("[1, 2]", "it must be a JSON object of config sections, like a session's config.json (got list)"),
+    ("null", "(got NoneType)"),
+    ("xx", "not a JSON object (Expecting value: line 1 column 1 (char 0))"),
+])  # fmt: skip
+def test_a_config_file_of_the_wrong_shape_exits_2_naming_why(sessions, tmp_path_factory, capsys, text, shown):
+    path = tmp_path_factory.mktemp("config") / "c.json"
+    path.write_text(text)
+    assert main(["train", "--config", str(path), "--sessions-dir", str(sessions)]) == 2
+    err = capsys.readouterr().err
+    assert shown in err and "Traceback" not in err, err
+    assert list(sessions.iterdir()) == []
