@@ -70,7 +70,10 @@ def check_env(cfg: RunConfig) -> None:
         cfg.validate()  # the config's own message (with the valid range) before the environment's
         env = make_env(cfg.env)
     except ValueError as e:
-        raise UsageError(str(e)) from None
+        default = EnvConfig().task
+        hint = (f" (--env.task was not given: its default {default!r} is a trap task)"
+                if cfg.env.name != EnvConfig().name and cfg.env.task == default else "")  # fmt: skip
+        raise UsageError(f"{e}{hint}") from None
     try:
         train = env.variations(cfg.env.task, "train")
     finally:
