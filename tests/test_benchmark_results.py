@@ -224,6 +224,9 @@ def claim_values(entry: str) -> list[float]:
         parts = subtrees(data, path) if path else [data]
         assert parts, f"results/{name}.json has nothing at {path!r}"
         out += [v for part in parts for v in result_values(part)]
+        nums = [float(p) for p in parts if isinstance(p, (int, float)) and not isinstance(p, bool)]
+        if len(nums) >= 2:  # a wildcard over seeds: their mean too, as for a list
+            out.append(statistics.fmean(nums))
     return out
 
 
@@ -261,6 +264,13 @@ def test_a_claim_reads_only_the_part_of_the_file_its_path_names():
     assert subtrees(data, "results.adapt.a.5") == [] and subtrees(data, "results.nope") == []
     held = [v for part in subtrees(data, "results.adapt.*.1") for v in result_values(part)]
     assert matches(0.75, 2, False, held) and not matches(0.85, 2, False, held)  # 0.85 is elsewhere in the file
+
+
+def test_a_wildcard_over_seeds_also_holds_their_mean(monkeypatch, tmp_path):
+    (tmp_path / "race.json").write_text(json.dumps({"results": {"0": {"eval": 0.917}, "1": {"eval": 1.0}, "2": {"eval": 0.792}}}))
+    monkeypatch.setattr(sys.modules[__name__], "RESULTS", tmp_path)
+    held = claim_values("race#results.*.eval")
+    assert matches(0.90, 2, False, held) and matches(0.79, 2, False, held) and not matches(0.95, 2, False, held)
 
 
 def test_the_check_names_the_page_the_table_and_the_number(tmp_path, monkeypatch):
