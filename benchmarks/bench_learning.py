@@ -390,11 +390,14 @@ def main(argv: list[str] | None = None) -> int:
 
 def per_seed(results: dict[str, dict[int, dict]]) -> dict[str, dict[str, dict]]:
     """What a result file keeps of `run_trap`'s results: per arm and seed, the training success and score
-    per iteration, the evaluations and the seconds (not every metric of every iteration)."""
+    per iteration, how many iterations ran, the evaluations, the seconds and (a frozen note writer) how many
+    notes it wrote and remembered (not every metric of every iteration)."""
     keep = ("rollout/success_rate", "rollout/score_mean")
     return {arm: {str(seed): {**{k.split("/")[1]: [row[k] for row in run["rows"]] for k in keep},
+                              "iterations": len(run["rows"]),
                               "eval_start": run.get("eval_start", {}), "evals": run.get("evals", []),
-                              "eval": run.get("eval", {}), "seconds": run.get("time", 0.0)}
+                              "eval": run.get("eval", {}), "seconds": run.get("time", 0.0),
+                              **({"notes": run["notes"]} if "notes" in run else {})}
                   for seed, run in runs.items()} for arm, runs in results.items()}  # fmt: skip
 
 

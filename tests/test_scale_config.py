@@ -50,7 +50,7 @@ def test_strategy_is_recorded_and_fsdp_is_refused_with_the_reason(tmp_path, caps
     code = cli.main(["train", "--env.name", "trap", "--scale.strategy", "fsdp", "--sessions-dir", str(tmp_path)])
     assert code == cli.USAGE
     err = capsys.readouterr().err
-    assert "scale.strategy 'fsdp' is not supported yet" in err and "Use scale.strategy 'ddp'" in err
+    assert "scale.strategy 'fsdp' is not supported yet" in err and "Use --scale.strategy 'ddp'" in err
     assert not any(tmp_path.iterdir())
 
 
