@@ -164,5 +164,5 @@ def test_train_with_a_warm_start_of_another_shape_exits_2_before_a_session(tmp_p
     checked only after the model loaded, with advice to rebuild the shipped default)."""
     code, err, bad, _ = train_tiny_with("--policy.warm-start", tmp_path, capsys)
     assert code == 2 and "Traceback" not in err, err
-    assert f"policy.warm_start: adapter {str(bad / 'adapter_model.safetensors')!r} does not fit" in err
+    assert f"--policy.warm-start: adapter {str(bad / 'adapter_model.safetensors')!r} does not fit" in err
     assert "make_warmstart" not in err  # the user's folder: rebuilding the shipped default would not fix it
