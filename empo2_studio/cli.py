@@ -120,9 +120,10 @@ def _parse(name: str, args: list[str]) -> Any:
         try:
             data = json.loads(Path(config_path).read_text())
             if not isinstance(data, dict):
-                raise TypeError(f"got {type(data).__name__}")
+                raise ValueError("it must be a JSON object of config sections, like a session's config.json "
+                                 f"(got {type(data).__name__})")  # fmt: skip
             default = TrainCmd(run=RunConfig.from_dict(data))
-        except (OSError, ValueError, TypeError, AttributeError) as e:
+        except (OSError, ValueError, TypeError) as e:
             raise UsageError(f"cannot read config {config_path}: {_config_error(e)}") from None
     if resume:
         session = open_session(resume, _peek_flag(args, "--sessions-dir"))
@@ -133,11 +134,7 @@ def _parse(name: str, args: list[str]) -> Any:
 def _config_error(e: BaseException) -> str:
     """Why a config file was refused, in words (JSON's own "Expecting value: line 1 column 1" alone
     does not say the file is not JSON)."""
-    if isinstance(e, json.JSONDecodeError):
-        return f"not a JSON object ({e})"
-    if isinstance(e, (TypeError, AttributeError)):
-        return f"it must be a JSON object of config sections, like a session's config.json ({e})"
-    return message(e)
+    return f"not a JSON object ({e})" if isinstance(e, json.JSONDecodeError) else message(e)
 
 
 def _peek_flag(args: list[str], flag: str) -> str | None:

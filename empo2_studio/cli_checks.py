@@ -70,9 +70,9 @@ def check_env(cfg: RunConfig) -> None:
         cfg.validate()  # the config's own message (with the valid range) before the environment's
         env = make_env(cfg.env)
     except ValueError as e:
-        default = EnvConfig().task
-        hint = (f" (--env.task was not given: its default {default!r} is a trap task)"
-                if cfg.env.name != EnvConfig().name and cfg.env.task == default else "")  # fmt: skip
+        default = EnvConfig()
+        hint = (f" (--env.task was not given: its default {default.task!r} is a trap task)"
+                if cfg.env.name != default.name and cfg.env.task == default.task else "")  # fmt: skip
         raise UsageError(f"{e}{hint}") from None
     try:
         train = env.variations(cfg.env.task, "train")

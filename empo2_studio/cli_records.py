@@ -20,9 +20,9 @@ def run_tips(cmd: TipsCmd) -> int:
     """`empo2-studio tips list|export|import|reembed --session RUN_ID`."""
     a = cmd.action
     if isinstance(a, TipsList):  # bad filters are usage errors, before a session or an embedder opens
-        for flag, value in (("--limit", a.limit), ("--variation", a.variation)):
-            if value is not None and (isinstance(value, bool) or value < (1 if flag == "--limit" else 0)):
-                raise UsageError(f"{flag} must be {'≥ 1' if flag == '--limit' else '≥ 0'}, got {value}")
+        for flag, value, least in (("--limit", a.limit, 1), ("--variation", a.variation, 0)):
+            if value is not None and (isinstance(value, bool) or value < least):
+                raise UsageError(f"{flag} must be ≥ {least}, got {value}")
     session = open_session(a.session, a.sessions_dir)
     structured = session.config.memory.structure != "flat"
     where = session.tips_path.with_name(f"{session.tips_path.stem}-structured{session.tips_path.suffix}") if structured else session.tips_path
