@@ -295,7 +295,11 @@ ADAPT_TASKS = ("trap-find-animal-fixed", "trap-water-plant-fixed")
 """Part adapt's default tasks: neither is in any shipped adapter's data (every trap adapter trained on the
 search family only; tests/test_warm_start.py reads their warmstart.json). The fixed family varies the
 target and its decoys where the search family varies the room. The chain task trap-fetch-two, no
-adapter's either, is run apart: its gold path (8–9 actions) needs `--step-limit 20`."""
+adapter's either, is run apart: its gold path is 8–9 actions (its own step limit is 20)."""
+
+
+def limit_text(step_limit: int | None) -> str:
+    return "each task's own" if step_limit is None else str(step_limit)
 
 
 def part_adapt(args, policy, embedder, root: Path, warm: list[torch.Tensor]) -> tuple[str, dict]:
@@ -307,7 +311,7 @@ def part_adapt(args, policy, embedder, root: Path, warm: list[torch.Tensor]) -> 
     tips += f"; written by the {args.note_writer} note writer ({args.note_context} context)"
     lines = [
         f"### OOD adaptation: frozen weights, self-written tips ({tips}), {args.adapt_trials} memory trials after a "
-        f"memory-free trial 0, group 8, step limit {args.step_limit}, seeds {args.seeds}",
+        f"memory-free trial 0, group 8, step limit {limit_text(args.adapt_step_limit)}, seeds {args.seeds}",
         "",
         "| task | " + " | ".join(f"trial {t}" for t in range(args.adapt_trials + 1)) + " |",
         "|---|" + "---|" * (args.adapt_trials + 1),
@@ -316,7 +320,9 @@ def part_adapt(args, policy, embedder, root: Path, warm: list[torch.Tensor]) -> 
         per_trial: list[list[float]] = [[] for _ in range(args.adapt_trials + 1)]
         for seed in args.seeds:
             restore_weights(policy, warm)
-            cfg = dataclasses.replace(lesson_config(args.distill_task, seed, args), run_id=f"adapt-{task}-seed{seed}")
+            cfg = lesson_config(args.distill_task, seed, args)
+            cfg = dataclasses.replace(cfg, run_id=f"adapt-{task}-seed{seed}",
+                                      env=dataclasses.replace(cfg.env, step_limit=args.adapt_step_limit))
             trainer = Trainer(cfg, Session.create(root, cfg), policy=policy, embedder=embedder, writer=args.writer)
             for row in trainer.adapt(task, trials=args.adapt_trials):
                 per_trial[int(row["adapt/trial"])].append(row["adapt/success_rate"])
@@ -389,6 +395,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--adapt-tasks", nargs="+", default=list(ADAPT_TASKS), choices=list(TASKS),
                     help="tasks to adapt on (default: tasks no shipped adapter trained on)")
     ap.add_argument("--adapt-trials", type=int, default=3)
+    ap.add_argument("--adapt-step-limit", type=int, default=None, metavar="N",
+                    help="part adapt's step limit (default: each task's own, as the studio's Adapt tab plays it; "
+                         "--step-limit is the other parts')")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--tasks", nargs="+", default=[t for t in TASKS if TASKS[t].family != "chain"], choices=list(TASKS),
                     help="part notes' tasks (default: the search and fixed families; the chain task needs --step-limit ≥ 9)")
@@ -426,6 +435,8 @@ def main(argv: list[str] | None = None) -> int:
     args.command = command_line(__file__, argv)  # what a saved adapter's warmstart.json says built it
     if args.threads < 1:
         ap.error(f"--threads must be ≥ 1, got {args.threads}")
+    if args.adapt_step_limit is not None and args.adapt_step_limit < 1:
+        ap.error(f"--adapt-step-limit must be ≥ 1 (or left out: each task's own), got {args.adapt_step_limit}")
     if args.save_adapter:  # refused before the model loads; an earlier start is never overwritten
         if "distill" not in args.parts:
             ap.error(f"--save-adapter saves part distill's adapters; --parts {' '.join(args.parts)} has no distill")
