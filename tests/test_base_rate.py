@@ -6,6 +6,7 @@ from that start with the class race's settings."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -72,3 +73,18 @@ def test_the_explanation_states_each_measured_gain_and_the_races_settings():
     for rate, gain in base_rate.gains().items():
         assert f"{rate:.2f}" in text and f"{gain:+.2f}" in text, (rate, gain)
     assert race_tab.PRESETS["class"]["iterations"] == 15 and "15 iterations" in text
+
+
+def test_the_readmes_leads_are_the_measured_gains():
+    """The README's sentence on the base-rate races states `gains()` (traced to the result files above)."""
+    readme = " ".join((Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8").split())
+    num = r"([+-]?\d\.\d\d)"
+    m = re.search(rf"win {num}, {num}, {num} and {num} of the training episodes without a note, EMPO²'s lead in "
+                  rf"the class race was {num}, {num}, {num} and {num} \({num} from the warm start that never wins", readme)
+    assert m, "the README's base-rate sentence changed; keep its numbers traced here"
+    values = [float(v) for v in m.groups()]
+    gains = base_rate.gains()
+    rates = sorted(r for r in gains if r > 0)
+    assert values[:4] == [round(r, 2) for r in rates]
+    assert values[4:8] == [round(gains[r], 2) for r in rates]
+    assert values[8] == round(gains[0.0], 2)

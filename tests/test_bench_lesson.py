@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
 import torch
 
 from empo2_studio.config import DEFAULT_WARM_START, WARM_START_DIR
@@ -75,3 +76,10 @@ def test_save_adapter_without_distill_or_onto_an_earlier_start_is_refused(tmp_pa
             raise AssertionError(f"{argv} was not refused")
         assert says in capsys.readouterr().err
         assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing written
+
+
+def test_a_bad_adapt_step_limit_is_refused_before_the_model_loads(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        bench_lesson().main(["--parts", "adapt", "--adapt-step-limit", "0"])
+    assert exit_info.value.code == 2
+    assert "--adapt-step-limit must be ≥ 1 (or left out: each task's own), got 0" in capsys.readouterr().err

@@ -1,0 +1,211 @@
+"""The Race tab's race timed as a class sees it: the studio served, its page open in headless Chromium.
+
+Starts `empo2-studio app` on a fresh sessions folder (the default trap session, 2 threads unless
+`--threads`), opens the page, opens the Race tab, clicks a preset (the class race unless `--preset`),
+reads the form and the *Expected time* line, clicks ▶ Start and reads the status line every second
+until it says "[done]" (or "[stopped]"/"[failed]", or `--timeout` passes). Prints and records:
+
+- the wall seconds from the click to "[done]", and when the first progress line and each phase
+  (the evaluation before training, each arm's first iteration, the last evaluation) first appeared;
+- CPU seconds of the studio and of Chromium over the race, from /proc (what watching costs);
+- each arm's seconds by part (sampling, env, memory, scoring, backward, evaluation), summed from the
+  race sessions' `metrics.jsonl` `time/*` rows;
+- the verdict line and the closing status line.
+
+The time depends on the machine and its neighbours: the result records the load average; compare only
+runs made on the same machine (docs/benchmarks/README.md).
+
+Run: PYTHONPATH=. .venv/bin/python benchmarks/bench_race_studio.py [--preset class] [--result NAME]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _results import add_result_option, write_result  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = "/usr/bin/chromium"
+PARTS = ("sampling", "env", "memory", "scoring", "backward")
+"""The `time/<part>` keys of a training row summed per arm (the evaluation rows' `time/eval` apart)."""
+PHASES = {"evaluation before training": r"evaluation before training", "EMPO² iteration 1": r"iteration 1 of \d+ · EMPO²",
+          "GRPO iteration 1": r"iteration 1 of \d+ · GRPO", "an arm's evaluation": r"'s evaluation at iteration"}  # fmt: skip
+"""Phase → a pattern of the status line; the first second it matches is recorded."""
+FINAL = re.compile(r"\[(done|stopped|failed)\]")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process `pid` so far (0 when it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def chromium_cpu() -> float:
+    """CPU seconds so far of every running Chromium process (the headless browser's renderer, GPU and
+    browser processes; this benchmark starts the only Chromium on the machine it expects)."""
+    total = 0.0
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                comm = (proc / "comm").read_text().strip()
+            except OSError:
+                continue
+            if comm.startswith(("chromium", "chrome")):
+                total += cpu_seconds(int(proc.name))
+    return total
+
+
+def wait_until_served(url: str, server: subprocess.Popen, timeout: float) -> None:
+    """Return once `url` answers; raise RuntimeError when the studio exits or `timeout` s pass."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if server.poll() is not None:
+            raise RuntimeError(f"the studio exited with {server.returncode} before it served {url}")
+        try:
+            with urllib.request.urlopen(url, timeout=5):
+                return
+        except OSError:
+            time.sleep(2)
+    raise RuntimeError(f"the studio did not answer at {url} within {timeout:.0f} s")
+
+
+def arm_seconds(sessions: Path) -> dict[str, dict[str, float]]:
+    """Race session run_id → {part: seconds summed over its training rows, "eval": evaluation seconds,
+    "iterations": training rows}."""
+    out = {}
+    for metrics in sorted(sessions.glob("*-race-*/metrics.jsonl")):
+        rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+        train = [r for r in rows if r.get("kind") == "train"]
+        parts = {p: round(sum(float(r.get(f"time/{p}", 0.0)) for r in train), 1) for p in PARTS}
+        parts["iteration"] = round(sum(float(r.get("time/iteration", 0.0)) for r in train), 1)
+        parts["eval"] = round(sum(float(r.get("time/eval", 0.0)) for r in rows if r.get("kind") == "eval"), 1)
+        parts["iterations"] = len(train)
+        out[metrics.parent.name] = parts
+    return out
+
+
+def race_in_the_page(url: str, preset: str, timeout: float, iterations: int | None = None) -> dict:
+    """Open `url`, click the Race tab's `preset` (then type `iterations` over its iterations and its
+    evaluation interval, when given), start the race and follow it to its closing line."""
+    from playwright.sync_api import sync_playwright
+
+    args = ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking", "--disable-sync"]
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=args)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.set_default_timeout(240_000)
+        page.goto(url)
+        page.get_by_role("tab", name="Race (EMPO² vs GRPO)").click()
+        page.wait_for_function("document.querySelector('#rc-iterations input').value !== ''")
+        page.wait_for_timeout(3000)  # the page-load refresh sets the form; a preset clicked before it is undone
+        page.locator(f"#rc-preset-{preset}").click()
+        page.wait_for_timeout(3000)
+        for box in ("iterations", "eval-every") if iterations else ():
+            page.locator(f"#rc-{box} input").fill(str(iterations))
+            page.locator(f"#rc-{box} input").press("Enter")
+            page.wait_for_timeout(1500)
+        form = {k: page.locator(f"#rc-{k} input").first.input_value()
+                for k in ("iterations", "group", "eval-every", "eval-repeats", "seeds")}  # fmt: skip
+        expected = page.locator("#rc-expected").inner_text()
+        status = page.locator("#rc-status")
+        cpu0 = chromium_cpu()
+        t0 = time.monotonic()
+        page.locator("#rc-start").click()
+        seen: dict[str, float] = {}
+        first_progress = None
+        text = ""
+        while time.monotonic() - t0 < timeout:
+            page.wait_for_timeout(1000)
+            text = status.inner_text()
+            now = round(time.monotonic() - t0, 1)
+            if first_progress is None and re.search(r"\[running\]|elapsed", text):
+                first_progress = now
+            for phase, pattern in PHASES.items():
+                if phase not in seen and re.search(pattern, text):
+                    seen[phase] = now
+            if FINAL.search(text):
+                break
+        wall = round(time.monotonic() - t0, 1)
+        verdict = page.locator("#rc-verdict").inner_text()
+        chromium = round(chromium_cpu() - cpu0, 1)
+        page.screenshot(path=str(Path(tempfile.gettempdir()) / f"bench-race-studio-{preset}.png"), full_page=True)
+        browser.close()
+    return {"form": form, "expected": expected, "wall_s": wall, "first_progress_s": first_progress,
+            "phases_s": seen, "status": text.strip(), "verdict": verdict.strip(), "chromium_cpu_s": chromium}  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--preset", choices=["class", "benchmark"], default="class", help="the Race tab's preset to click")
+    ap.add_argument("--iterations", type=int, default=None,
+                    help="iterations (and evaluation interval) typed over the preset's (a short check of this script)")
+    ap.add_argument("--threads", type=int, default=None, help="the studio's torch threads (default: its own, 2 here)")
+    ap.add_argument("--timeout", type=float, default=3600.0, help="seconds to follow the race before giving up")
+    add_result_option(ap)
+    args = ap.parse_args(argv)
+    if args.threads is not None and args.threads < 1:
+        ap.error(f"--threads must be ≥ 1, got {args.threads}")
+    if args.iterations is not None and args.iterations < 1:
+        ap.error(f"--iterations must be ≥ 1, got {args.iterations}")
+    if args.timeout <= 0:
+        ap.error(f"--timeout must be > 0, got {args.timeout}")
+    if not os.path.exists(CHROMIUM):
+        ap.error(f"{CHROMIUM} is not installed (apt-get install chromium)")
+    started = time.perf_counter()
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/"
+    with tempfile.TemporaryDirectory(prefix="empo2-race-studio-") as tmp:
+        sessions = Path(tmp) / "sessions"
+        cmd = [str(Path(sys.executable).with_name("empo2-studio")), "app", "--port", str(port), "--sessions-dir", str(sessions)]
+        env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)} if args.threads else dict(os.environ)
+        log = open(Path(tmp) / "studio.log", "w")
+        server = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            wait_until_served(url, server, timeout=600)
+            studio0 = cpu_seconds(server.pid)
+            race = race_in_the_page(url, args.preset, args.timeout, args.iterations)
+            race["studio_cpu_s"] = round(cpu_seconds(server.pid) - studio0, 1)
+            race["arms"] = arm_seconds(sessions)
+        finally:
+            server.terminate()
+            server.wait(timeout=60)
+            log.close()
+    print(f"form {race['form']}; expected: {race['expected']}")
+    print(f"▶ Start → closing line: {race['wall_s']:.0f} s ({race['wall_s'] / 60:.1f} min); first progress after "
+          f"{race['first_progress_s']} s; phases {race['phases_s']}")  # fmt: skip
+    print(f"CPU over the race: studio {race['studio_cpu_s']:.0f} s, Chromium {race['chromium_cpu_s']:.0f} s")
+    print("\n| arm session | iterations | " + " | ".join(PARTS) + " | evaluation | iterations, in all |")
+    print("|---|---|" + "---|" * (len(PARTS) + 2))
+    for name, parts in race["arms"].items():
+        print(f"| {name} | {parts['iterations']} | " + " | ".join(f"{parts[p]:.0f}" for p in PARTS)
+              + f" | {parts['eval']:.0f} | {parts['iteration']:.0f} |")
+    print(f"\nverdict: {race['verdict']}\nstatus: {race['status']}")
+    path = write_result(args.result, __file__, argv, started, [0], race, preset=args.preset, iterations=args.iterations,
+                        threads=args.threads)
+    if path:
+        print(f"result written to {path.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
