@@ -76,7 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     for r in runs:
         print(f"| {'cold (model converted)' if r['cold'] else 'warm'} | {r['wall_s']:.1f} | {r['cpu_s']:.1f} |")
     results = {"cold": runs[0], "warm": runs[1:], "warm_cpu_s_min": min(warm) if warm else None}
-    path = write_result(args.result, __file__, argv, started, [], results, threads=args.threads)
+    path = write_result(args.result, __file__, argv, started, [], results, threads=args.threads,
+                        timed="empo2-studio " + " ".join(COMMAND))
     if path:
         print(f"result written to {path.relative_to(ROOT)}")
     return 0
