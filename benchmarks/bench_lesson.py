@@ -291,11 +291,13 @@ def save_distilled(args, policy, seed: int, variations: list[int], measured: dic
     return out
 
 
-ADAPT_TASKS = ("trap-find-animal-fixed", "trap-water-plant-fixed")
-"""Part adapt's default tasks: neither is in any shipped adapter's data (every trap adapter trained on the
-search family only; tests/test_warm_start.py reads their warmstart.json). The fixed family varies the
-target and its decoys where the search family varies the room. The chain task trap-fetch-two, no
-adapter's either, is run apart: its gold path is 8–9 actions (its own step limit is 20)."""
+ADAPT_TASKS = ("trap-light-bulb-fixed", "trap-find-animal-fixed", "trap-water-plant-fixed")
+"""Part adapt's default tasks: the whole fixed family, none of it in any shipped adapter's data (every
+trap adapter trained on the search family only; tests/test_warm_start.py reads their warmstart.json).
+The fixed family varies the target and its decoys where the search family varies the room;
+trap-light-bulb-fixed is also the race's task, but part adapt starts from the warm start, not from a race
+checkpoint. The chain task trap-fetch-two, no adapter's either, is run apart: its gold path is 8–9
+actions (its own step limit is 20)."""
 
 
 def limit_text(step_limit: int | None) -> str:
