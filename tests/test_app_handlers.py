@@ -263,7 +263,7 @@ def test_a_session_switch_refreshes_every_tab_by_component(studio):
     assert (update[form[("rollout", "group_size")]], update[form[("train", "learning_rate")]],
             update[form[("train", "iterations")]], update[form[("rollout", "p_memory")]]) == (2, 0.01, 1, 0.25)  # fmt: skip
     assert f"`{RUN}`" in update[session_md] and update[ep["checkpoint"]].value == "current"
-    assert update[ad["task"]].value == at.unseen_tasks(studio, RUN)[0]
+    assert update[ad["task"]].value == at.task_choices(studio, RUN)[0][1]
     group, limit, _note, _target, iterations, _every, _seeds, _repeats, expected = race["refresh"][1]
     # the session plays the search family: the race's default is the fixed-family copy (group 8, 8 steps)
     assert (update[group].value, update[limit].value) == (rc.RACE_FORM["group_size"], rc.RACE_ENV.step_limit) == (8, 8)
@@ -514,6 +514,20 @@ def test_changed_form_trains_a_new_session(studio):
 
 
 # ---- adapt and sessions ----------------------------------------------------------------------------
+def test_the_task_list_puts_tasks_no_shipped_adapter_trained_on_first(studio):
+    """The shipped adapters trained on the trap's search family only (their warmstart.json `seen`), so on a
+    trap session the fixed family comes first, labelled, then the search family's tasks unlabelled."""
+    trained = at.adapter_trained_tasks()
+    assert {"trap-light-bulb", "trap-find-animal", "trap-water-plant"} <= trained
+    assert not trained & {"trap-light-bulb-fixed", "trap-find-animal-fixed", "trap-water-plant-fixed", "trap-fetch-two"}
+    choices = at.task_choices(studio, RUN)
+    assert sorted(t for _, t in choices) == sorted(at.unseen_tasks(studio, RUN))
+    fresh = [t for label, t in choices if label.endswith(at.NO_ADAPTER_SAW)]
+    assert fresh and fresh == [t for _, t in choices][: len(fresh)]
+    assert set(fresh) == set(at.unseen_tasks(studio, RUN)) - trained
+    assert all(label == t for label, t in choices[len(fresh):])
+
+
 def test_adapt_keeps_weights_and_draws_trials(studio):
     task = at.unseen_tasks(studio, RUN)[0]
     job = studio.jobs.wait(at.start_adapt(studio, RUN, "current", task, 1)[0], 180)

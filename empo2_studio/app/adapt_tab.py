@@ -7,6 +7,7 @@ checksum before and after shows the weights were not touched (paper §4, out-of-
 
 from __future__ import annotations
 
+import json
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +18,7 @@ from empo2_studio.app import job_panel as jp
 from empo2_studio.app.episodes_tab import check_checkpoint, checkpoint_choices
 from empo2_studio.app.handlers import user_errors, whole_number
 from empo2_studio.app.job_panel import JobPanel
+from empo2_studio.config import WARM_START_DIR
 
 if TYPE_CHECKING:
     from empo2_studio.app.studio import Studio
@@ -28,6 +30,32 @@ def unseen_tasks(studio: Studio, run_id: str) -> list[str]:
 
     cfg = studio.session(run_id).config
     return unseen(studio.meta_env(cfg.env.name).task_names(), cfg.env)
+
+
+NO_ADAPTER_SAW = " · no shipped adapter trained on it"
+"""How the task list marks a task that no adapter under assets/warmstart/ saw: adaptation there measures
+the memory alone, not a note-following skill trained on the same task (docs/benchmarks/lesson.md)."""
+
+
+def adapter_trained_tasks() -> set[str]:
+    """Every task some shipped adapter trained on: the union of `seen` (its whole init chain) over the
+    warmstart.json files under `WARM_START_DIR`; an unreadable file adds nothing."""
+    out: set[str] = set()
+    for meta in WARM_START_DIR.glob("*/warmstart.json"):
+        try:
+            out |= set(json.loads(meta.read_text(encoding="utf-8")).get("seen", {}))
+        except (OSError, ValueError, AttributeError):
+            continue
+    return out
+
+
+def task_choices(studio: Studio, run_id: str) -> list[tuple[str, str]]:
+    """(label, task) for the task list: the session's unseen tasks, those no shipped adapter trained on
+    first and labelled so (`NO_ADAPTER_SAW`), then the rest, each group in the env's order."""
+    trained = adapter_trained_tasks()
+    tasks = unseen_tasks(studio, run_id)
+    return ([(t + NO_ADAPTER_SAW, t) for t in tasks if t not in trained]
+            + [(t, t) for t in tasks if t in trained])  # fmt: skip
 
 
 @user_errors
@@ -66,7 +94,8 @@ def build_adapt_tab(studio: Studio, run_id: gr.State) -> dict[str, Any]:
     """Components and wiring of the Adapt tab. Returns its `panel` and `refresh`."""
     gr.Markdown("Adapt a trained checkpoint to a task it was **not** trained on: trial 0 plays without "
                 "memory (the baseline), later trials retrieve the tips written by earlier ones. "
-                "The weights stay frozen — the adapter checksum is shown before and after.")
+                "The weights stay frozen — the adapter checksum is shown before and after. Tasks no shipped "
+                "adapter trained on come first: there the memory alone does the adapting.")
     with gr.Row():
         checkpoint = gr.Dropdown(label="Checkpoint", choices=[], elem_id="ad-checkpoint")
         task = gr.Dropdown(label="Unseen task", choices=[], elem_id="ad-task")
@@ -82,8 +111,8 @@ def build_adapt_tab(studio: Studio, run_id: gr.State) -> dict[str, Any]:
 
     def refresh(rid: str) -> dict[Any, Any]:
         """The session's checkpoints (newest preselected) and its env's other tasks."""
-        ckpts, tasks = checkpoint_choices(studio, rid), unseen_tasks(studio, rid)
+        ckpts, tasks = checkpoint_choices(studio, rid), task_choices(studio, rid)
         return {checkpoint: gr.Dropdown(choices=ckpts, value=ckpts[1][1] if len(ckpts) > 1 else "current"),
-                task: gr.Dropdown(choices=tasks, value=tasks[0] if tasks else None)}  # fmt: skip
+                task: gr.Dropdown(choices=tasks, value=tasks[0][1] if tasks else None)}  # fmt: skip
 
     return {"panel": panel, "checkpoint": checkpoint, "task": task, "refresh": (refresh, [checkpoint, task])}
