@@ -77,6 +77,8 @@ class Trainer:
         self.embedder = embedder if embedder is not None else make_embedder(cfg.memory.embedder)
         self.store = open_tip_store(session.tips_path, self.embedder, cfg.memory, env=cfg.env)
         self.iteration = 0
+        self.saved: tuple[int, Path | None] = (0, None)
+        """(iteration, folder) of the weights last saved or resumed from; (0, None): the start, never saved."""
         self.rng = random.Random(cfg.seed)
         trainable = [p for p in self.policy.trainable_parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(trainable, lr=cfg.train.learning_rate, weight_decay=cfg.train.weight_decay)
@@ -358,7 +360,14 @@ class Trainer:
         # Written into a temp folder and renamed: a kill mid-save never leaves a listed half checkpoint.
         path = self.session.write_checkpoint(self.iteration, save)
         self.session.set_state({**self.session.state(), "iteration": self.iteration, "checkpoint": str(path.relative_to(self.session.dir))})
+        self.saved = (self.iteration, path)
         return path
+
+    @property
+    def unsaved(self) -> bool:
+        """Whether the weights changed since the last checkpoint (or since the start): every update and
+        distill step advances `iteration`, so an equal iteration means the same weights."""
+        return self.iteration != self.saved[0]
 
     @classmethod
     def resume(cls, session: Any, **kw: Any) -> Trainer:
@@ -384,6 +393,7 @@ class Trainer:
         # map_location: a GPU-written state resumes anywhere; the optimizer moves it to its parameters
         state = torch.load(Path(path) / STATE_FILE, weights_only=False, map_location="cpu")
         trainer.iteration = int(state["iteration"])
+        trainer.saved = (trainer.iteration, Path(path))
         trainer.rng.setstate(state["rng"])
         trainer.optimizer.load_state_dict(state["optimizer"])
         trainer._novelty = pickle.loads(state["novelty"])

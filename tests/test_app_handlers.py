@@ -381,6 +381,18 @@ def test_tips_table_headers_fit_their_columns():
             assert width.endswith("px") and int(width[:-2]) >= 8 * len(name) + 24, (name, width)
 
 
+def test_the_restore_list_marks_the_current_version_and_preselects_the_one_before_the_last_change(studio):
+    th.add_tip(studio, RUN, TASK, 5, "first note for the version list", 10)
+    th.add_tip(studio, RUN, TASK, 5, "second note for the version list", 10)
+    versions = list(reversed(studio.store(RUN).versions()))
+    dropdown = th.version_choices(studio, RUN)
+    labels = [label for label, _ in dropdown.choices]
+    assert [v for _, v in dropdown.choices] == [v.version for v in versions]
+    assert labels[0].endswith(" · current") and labels[1].endswith(" · before the last change")
+    assert f"{versions[0].rows} rows" in labels[0] and versions[0].rows == versions[1].rows + 1
+    assert dropdown.value == versions[1].version and not any(label.endswith(th.VERSION_MARKS) for label in labels[2:])
+
+
 def test_tip_curation_round_trip(studio, tmp_path):
     assert "added tip" in th.add_tip(studio, RUN, TASK, 7, "press the switch before looking", 40)
     frame, _, status = th.list_tips(studio, RUN, TASK, "7", th.ALL, th.ALL, "")
@@ -624,6 +636,9 @@ def test_an_unknown_checkpoint_or_episode_id_is_refused_before_a_job_starts(stud
     assert err.value.message.startswith("unknown checkpoint '../../etc' of session 'studio'; valid: current")
     with pytest.raises(gr.Error, match="unknown checkpoint '../../etc' of session 'studio'"):
         at.start_adapt(studio, RUN, "../../etc", "trap-find-animal", 1)
+    for trials in (0, -3, "", 21, 1.5):  # the Trials box used to be a slider that clamped these silently
+        with pytest.raises(gr.Error, match=r"trials K .*1…20"):
+            at.start_adapt(studio, RUN, "current", "trap-find-animal", trials)
     with pytest.raises(gr.Error) as err:
         tt.start_distill(studio, RUN, ["nope"])
     assert err.value.message.startswith("not a memory episode of session 'studio': 'nope'; valid: ")

@@ -286,3 +286,15 @@ def test_the_tabs_expected_time_is_the_race_jobs_first_estimate(studio):
         "**Expected time**: — (seeds must be a whole number in 1…10, got 99)")
     assert rc.race_expected(studio, RUN, 2.5, 8, 8, "auto", 15, 1, 1) == (
         "**Expected time**: — (iterations must be a whole number in 1…10000, got 2.5)")
+
+
+def test_a_stage_stopped_before_any_episode_ended_draws_no_bar():
+    """A Lesson stopped in its first seconds kept a naive stage with no episode: the chart showed a 0 % bar
+    "0/0 won", which a class reads as the naive agent failing. Only stages with episodes draw a bar."""
+    stopped = StageResult("naive", rows=(), stopped=True)
+    *_, fig = ls.lesson_view({"naive": stopped})
+    assert list(fig.data[0].x) == []
+    played = StageResult("naive", rows=(VariationRow(0, 8, 0, 0.0, -100.0),))
+    memory = StageResult("memory", rows=(VariationRow(0, 8, 6, 0.75, 40.0),), running=True)
+    *_, fig = ls.lesson_view({"naive": played, "memory": memory})
+    assert list(fig.data[0].text) == ["0/8 won · score -100", "6/8 won · score 40"]

@@ -28,11 +28,14 @@ class FakeTrainer:
         self.store = f"store-{run_id}"
         self.saves = 0
         self.closed = False
+        self.unsaved = True  # trained since its last checkpoint (the tests that need otherwise say so)
+        self.saved: tuple[int, Path | None] = (0, None)
 
     def save_checkpoint(self) -> Path:
         self.saves += 1
         self.log.append(f"save {self.run_id}")
-        return Path(f"/ck/{self.run_id}/{self.saves}")
+        self.saved = (self.saves, Path(f"/ck/{self.run_id}/{self.saves}"))
+        return self.saved[1]
 
     def close(self) -> None:
         self.closed = True
@@ -80,6 +83,25 @@ def test_each_swap_records_the_weights_it_loaded_and_saves_the_live_trainer_firs
 
     c = slot.trainer("c")
     assert (c.from_fresh, slot.loaded, slot.store("c")) == (None, TrainerWeights("c"), "store-c")
+
+
+def test_a_trainer_that_trained_nothing_since_its_checkpoint_is_not_saved_again(parts):
+    """An Episodes pair or a Lesson's swap must not add a checkpoint to a session that trained nothing:
+    the policy is recorded as holding what the trainer started on (the fresh adapter, or its checkpoint)."""
+    slot, policy, built, log, fresh = parts
+    a = slot.trainer("a")
+    a.unsaved = False  # a new trainer that only played: its weights are the fresh adapter
+    swap = slot.swap(CheckpointWeights("b", "/ck/b/7"))
+    assert (swap.saved, a.saves, a.closed, slot.loaded) == (None, 0, True, CheckpointWeights("b", "/ck/b/7"))
+    b = slot.trainer("b")
+    b.saved, b.unsaved = (7, Path("/ck/b/7")), False  # resumed from its checkpoint 7, nothing trained since
+    swap = slot.swap(TrainerWeights("c"))
+    assert (swap.saved, b.saves, log) == (None, 0, [])
+    c = built[-1]
+    assert c.from_fresh == fresh  # the policy held b's checkpoint: fresh first, as after a save
+    c.unsaved = False
+    slot.swap(None)  # c never trained and started fresh: the slot records the fresh adapter
+    assert (slot.loaded, policy.loads[-1], log) == (None, str(fresh), [])
 
 
 def test_a_failed_trainer_build_leaves_the_saved_out_weights_recorded(parts):

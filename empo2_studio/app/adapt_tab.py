@@ -32,6 +32,8 @@ def unseen_tasks(studio: Studio, run_id: str) -> list[str]:
     return unseen(studio.meta_env(cfg.env.name).task_names(), cfg.env)
 
 
+MAX_TRIALS = 20
+"""Most memory trials one Adapt run plays (the paper's adaptation uses 10; each trial is a group)."""
 NO_ADAPTER_SAW = " · no shipped adapter trained on it"
 """How the task list marks a task that no adapter under assets/warmstart/ saw: adaptation there measures
 the memory alone, not a note-following skill trained on the same task (docs/benchmarks/lesson.md)."""
@@ -65,7 +67,7 @@ def start_adapt(studio: Studio, run_id: str, checkpoint: str | None, task: str |
         raise ValueError("pick an unseen task")
     if task not in unseen_tasks(studio, run_id):
         raise ValueError(f"{task!r} is not an unseen task of session {run_id!r}; valid: {unseen_tasks(studio, run_id)}")
-    trials = whole_number(trials, "trials", 1)
+    trials = whole_number(trials, "trials K", 1, MAX_TRIALS)
     check_checkpoint(studio, run_id, checkpoint)
     job = studio.jobs.start(
         "adapt", lambda j: workers.adapt(studio, j, run_id=run_id, checkpoint=checkpoint, task=task, trials=trials),
@@ -99,7 +101,7 @@ def build_adapt_tab(studio: Studio, run_id: gr.State) -> dict[str, Any]:
     with gr.Row():
         checkpoint = gr.Dropdown(label="Checkpoint", choices=[], elem_id="ad-checkpoint")
         task = gr.Dropdown(label="Unseen task", choices=[], elem_id="ad-task")
-        trials = gr.Slider(1, 20, value=5, step=1, label="Trials K", elem_id="ad-trials")
+        trials = gr.Number(5, label=f"Trials K (1–{MAX_TRIALS})", precision=None, elem_id="ad-trials")
         start = gr.Button("▶ Adapt", variant="primary", elem_id="ad-start")
         stop = gr.Button("■ Stop", elem_id="ad-stop")
     panel = JobPanel.create("ad")

@@ -217,7 +217,8 @@ def lesson_view(results: dict[str, StageResult]) -> tuple[Any, ...]:
     tables.append(gr.Dataframe(value=stage_table(results.get("distill")), headers=DISTILL_HEADERS))
     bars = [{"stage": s, "title": STAGE_TITLES[s], "success_rate": results[s].success_rate, "successes":
              sum(x.successes for x in results[s].rows), "episodes": results[s].episodes,
-             "mean_score": results[s].mean_score} for s in PLAY_STAGES if s in results]  # fmt: skip
+             "mean_score": results[s].mean_score} for s in PLAY_STAGES
+            if s in results and results[s].episodes]  # a stage stopped before any episode ended draws no bar  # fmt: skip
     return (*tables, charts.lesson_figure(bars))
 
 

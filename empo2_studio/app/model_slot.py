@@ -126,7 +126,8 @@ class Swap:
     loaded: Weights
     """The weights the policy holds now (the target)."""
     saved: Path | None
-    """The checkpoint written for the trainer whose weights were swapped out; None when none was live."""
+    """The checkpoint written for the trainer whose weights were swapped out; None when none was live or
+    it had trained nothing since its last checkpoint."""
     trainer: Any | None
     """The live trainer when the target is `TrainerWeights`, else None."""
 
@@ -187,8 +188,9 @@ class ModelSlot:
     def swap(self, target: Weights) -> Swap:
         """Put `target` into the shared policy. Call with `jobs.model_lock` held.
 
-        In order: (1) when a trainer is live and the target is not its weights, its unsaved progress is
-        saved as a checkpoint (returned as `Swap.saved`) and the trainer is closed (the next
+        In order: (1) when a trainer is live and the target is not its weights, its unsaved progress (if
+        it trained since its last checkpoint) is saved as a checkpoint (returned as `Swap.saved`) and
+        the trainer is closed (the next
         `TrainerWeights` swap of its session resumes from that checkpoint); (2) the target is loaded:
         the fresh adapter, the checkpoint folder, or the session's trainer (resumed from its latest
         checkpoint, or new on the fresh adapter). Swapping to the live trainer's own weights is a no-op.
@@ -223,10 +225,14 @@ class ModelSlot:
             return None
         trainer, self._live = self._live, None
         assert isinstance(self._loaded, TrainerWeights)
-        path = trainer.save_checkpoint()
+        run_id = self._loaded.run_id
+        # A trainer that trained nothing since its last checkpoint (an Episodes pair, a Lesson's other
+        # session) adds no folder: the policy holds that checkpoint, or the fresh adapter it started on.
+        path = trainer.save_checkpoint() if trainer.unsaved else None
+        held = path or trainer.saved[1]
         trainer.close()
-        self._stores[self._loaded.run_id] = trainer.store  # keep one store handle per session
-        self._loaded = CheckpointWeights(self._loaded.run_id, str(path))  # what the policy holds now
+        self._stores[run_id] = trainer.store  # keep one store handle per session
+        self._loaded = CheckpointWeights(run_id, str(held)) if held else None  # what the policy holds now
         return path
 
     def trainer(self, run_id: str) -> Any:

@@ -232,10 +232,17 @@ def import_tips(studio: Studio, run_id: str, path: str | None) -> str:
     return f"imported {result.added} tip(s), skipped {result.skipped_duplicates} duplicate(s)"
 
 
+VERSION_MARKS = (" · current", " · before the last change")
+"""What the restore list says of its first two entries: Restore on the preselected second one undoes the
+last change, and the label says so (a bare "v7 · 6 rows" beside a memory of 5 looked like a stale list)."""
+
+
 def version_choices(studio: Studio, run_id: str) -> Any:
-    """Table versions, newest first, for the restore dropdown."""
+    """Table versions, newest first, for the restore dropdown: the current one and the one before the
+    last change marked (`VERSION_MARKS`); the latter preselected, so Restore is one-click undo."""
     versions = list(reversed(studio.store(run_id).versions()))
-    choices = [(f"v{v.version} · {v.timestamp:%Y-%m-%d %H:%M:%S} · {v.rows} rows", v.version) for v in versions]
+    choices = [(f"v{v.version} · {v.timestamp:%Y-%m-%d %H:%M:%S} · {v.rows} rows" + (VERSION_MARKS[i] if i < 2 else ""),
+                v.version) for i, v in enumerate(versions)]  # fmt: skip
     return gr.Dropdown(choices=choices, value=choices[1][1] if len(choices) > 1 else None)
 
 
