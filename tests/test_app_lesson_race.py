@@ -288,6 +288,29 @@ def test_the_tabs_expected_time_is_the_race_jobs_first_estimate(studio):
         "**Expected time**: — (iterations must be a whole number in 1…10000, got 2.5)")
 
 
+def test_the_expected_time_scales_with_the_step_limit(studio, tmp_path):
+    """A walkthrough found the class race's expected time the same at step limits 2, 8 and 30. Each
+    unit's time is per episode step: twice the steps, twice each iteration and test episode."""
+    from empo2_studio.app.race_job import LESSON_EPISODE_STEPS, earlier_race_rates, race_countdown
+
+    p = rc.PRESETS["class"]
+    priors = {}
+    for steps in (8, 16):
+        cfg = rc.race_config(studio, RUN, p["iterations"], p["group_size"], steps, "auto", p["eval_repeats"])
+        priors[steps] = race_countdown(studio, cfg, p["iterations"], p["eval_every"], p["seeds"]).priors
+    for unit, (seconds, label) in priors[8].items():
+        assert priors[16][unit] == (pytest.approx(2 * seconds), label), unit
+    # an earlier race's rows are per step of that race's own limit (config.json; None: the task's own)
+    run = tmp_path / "s-race-empo2"
+    run.mkdir()
+    (run / "config.json").write_text('{"env": {"task": "trap-light-bulb-fixed", "step_limit": null}}')
+    (run / "metrics.jsonl").write_text('{"kind": "train", "time/iteration": 48.0, "rollout/episodes": 8}\n'
+                                       '{"kind": "eval", "time/eval": 36.0, "eval/episodes": 12}\n')
+    rates = earlier_race_rates(tmp_path, lambda task: {"trap-light-bulb-fixed": 12}[task])
+    assert rates == {"EMPO² iteration": pytest.approx(6.0 / 12), "test episode": pytest.approx(3.0 / 12)}
+    assert LESSON_EPISODE_STEPS == rc.RACE_ENV.step_limit  # the class race's episodes, which the lesson's figures stand for
+
+
 def test_a_stage_stopped_before_any_episode_ended_draws_no_bar():
     """A Lesson stopped in its first seconds kept a naive stage with no episode: the chart showed a 0 % bar
     "0/0 won", which a class reads as the naive agent failing. Only stages with episodes draw a bar."""
@@ -298,3 +321,17 @@ def test_a_stage_stopped_before_any_episode_ended_draws_no_bar():
     memory = StageResult("memory", rows=(VariationRow(0, 8, 6, 0.75, 40.0),), running=True)
     *_, fig = ls.lesson_view({"naive": played, "memory": memory})
     assert list(fig.data[0].text) == ["0/8 won · score -100", "6/8 won · score 40"]
+
+
+def test_the_lessons_expected_time_follows_the_form(studio):
+    """A walkthrough set 2 episodes per variation and the line still gave the default lesson's time."""
+    task = "trap-light-bulb"
+    default = ls.lesson_form_time(studio, task, ["0", "1"], 8, 5)
+    smaller = ls.lesson_form_time(studio, task, ["0", "1"], 2, 5)
+    assert "the lesson as set (2 variations, 8 episodes each, 5 distill steps)" in default
+    assert "the lesson as set (2 variations, 2 episodes each, 5 distill steps)" in smaller
+    rates = ls.measured_rates(studio)  # this machine's (rough figures before any lesson ran here)
+    assert ls.minutes_text(ls.lesson_seconds(2, 8, 5, rates)) in default
+    assert ls.minutes_text(ls.lesson_seconds(2, 2, 5, rates)) in smaller
+    bad = ls.lesson_form_time(studio, task, ["0", "1"], 0, 5)
+    assert bad.startswith("**Lesson session**") and "**Expected time**: — (episodes per variation" in bad

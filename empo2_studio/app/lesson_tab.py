@@ -27,7 +27,7 @@ from empo2_studio.app.job_panel import JobPanel
 from empo2_studio.app.lesson_form import (
     BOXES_PER_ROW, MAX_TIP_BOXES, parse_variations, settings_from_form, task_defaults, tip_boxes, tips_from_boxes,  # noqa: F401
 )  # fmt: skip
-from empo2_studio.app.jobs import Job
+from empo2_studio.app.jobs import Job, readable_error
 from empo2_studio.config import RunConfig
 from empo2_studio.lesson import (
     LESSON_TASKS, PLAY_STAGES, STAGE_TITLES, STAGES, TRAP_TASKS, Lesson, LessonSettings, StageResult, lesson_countdown,
@@ -252,25 +252,41 @@ def _saved_results(studio: Studio, job: Job) -> dict[str, StageResult]:
     return results_from_metrics(session.metrics(), session.config.env.task)
 
 
-def session_markdown(studio: Studio, run_id: str, task: str = TRAP_TASKS[0]) -> str:
-    """The lesson session line of `task`, and the time its default lesson is expected to take here."""
+def session_markdown(studio: Studio, run_id: str, task: str = TRAP_TASKS[0], settings: LessonSettings | None = None) -> str:
+    """The lesson session line of `task`, and the time its lesson (`settings`; None: the default one) is
+    expected to take here."""
     env = lesson_env(task)
     exists = (studio.root / run_id / "config.json").is_file()
     where = f"`{run_id}`" if exists else f"`{run_id}` (created when the lesson starts)"
     ckpt = studio.session(run_id).latest_checkpoint() if exists else None
     weights = f"distilled weights of iteration {ckpt[0]}" if ckpt else "the warm start (nothing distilled)"
     note = SCIENCEWORLD_NOTE if env == "scienceworld" else ""
-    return f"**Lesson session** {where} · {env} env · {weights}{note}\n\n{time_hint(measured_rates(studio, env), task)}"
+    return f"**Lesson session** {where} · {env} env · {weights}{note}\n\n{time_hint(measured_rates(studio, env), task, settings)}"
 
 
-def time_hint(rates: dict[str, float], task: str = TRAP_TASKS[0]) -> str:
-    """How long `task`'s default lesson (`lesson_defaults`) takes on this machine, and where that figure comes from."""
-    d = lesson_defaults(task)
+def time_hint(rates: dict[str, float], task: str = TRAP_TASKS[0], settings: LessonSettings | None = None) -> str:
+    """How long the lesson of `settings` (None: `task`'s default one, `lesson_defaults`) takes on this
+    machine, and where that figure comes from."""
+    d = settings or lesson_defaults(task)
+    which = "the lesson as set" if settings is not None else "the default lesson"
     seconds = lesson_seconds(len(d.variations), d.episodes, d.distill_steps, rates)
-    return (f"**Expected time** of the default lesson ({len(d.variations)} variations, {d.episodes} episodes each, "
+    return (f"**Expected time** of {which} ({len(d.variations)} variations, {d.episodes} episodes each, "
             f"{d.distill_steps} distill steps): {minutes_text(seconds)}, from {rates_note(rates)}. "
             "While it runs, the status line shows the elapsed time and counts the time left down from these "
             "figures, then from each step as it is measured.")  # fmt: skip
+
+
+def lesson_form_time(studio: Studio, task: str | None, variations: Any, episodes: Any, distill_steps: Any) -> str:
+    """The session line with the expected time of the lesson the form describes (a form value changed),
+    or what is wrong with a value in place of the time."""
+    task = task if task in LESSON_TASKS else TRAP_TASKS[0]
+    run_id = current_lesson_id(studio, task)
+    try:
+        settings = settings_from_form(task, variations, episodes, distill_steps)
+    except ValueError as exc:  # a half-typed form: say so, no error popup
+        line = session_markdown(studio, run_id, task).split("\n\n")[0]
+        return f"{line}\n\n**Expected time**: — ({readable_error(exc)})"
+    return session_markdown(studio, run_id, task, settings)
 
 
 @user_errors
@@ -347,6 +363,9 @@ def build_lesson_tab(studio: Studio) -> dict[str, Any]:
     task.input(task_defaults, [task], [variations, episodes]).then(
         partial(lesson_opened, studio), [task, variations], opened_outputs)
     variations.input(lambda t, v: tip_boxes(t, v), [task, variations], boxes)
+    for box in (variations, episodes, distill_steps):  # the expected time follows the form, as the Race tab's
+        box.change(partial(lesson_form_time, studio), [task, variations, episodes, distill_steps], session_md,
+                   show_progress="hidden")  # fmt: skip
 
     def on_load(demo: gr.Blocks) -> None:
         demo.load(partial(lesson_opened, studio), [task, variations], opened_outputs)

@@ -3,8 +3,9 @@
 Times come from this machine: each kind of step (an EMPO² iteration, a GRPO iteration, one memory-free
 test episode) is counted down from its own measured time (`lesson.timing.Countdown`): the steps of
 the running race once measured, before that the race sessions this studio ran earlier (their
-`time/iteration` and `time/eval` rows, per episode, scaled to the form's group size), else the
-lesson's naive-episode time, else the lesson's rough figure. The tab's "expected time" line and the
+`time/iteration` and `time/eval` rows, per episode step, scaled to the form's group size and step
+limit), else the lesson's naive-episode time, else the lesson's rough figure (both taken as an 8-step
+episode and scaled the same way). The tab's "expected time" line and the
 job's first estimate come from the same `race_countdown`, so they agree.
 
 A Stop cuts the step in progress (`stopping`): every finished iteration and evaluation row stays, each
@@ -18,7 +19,7 @@ import json
 import shutil
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from empo2_studio.app.jobs import Job
 from empo2_studio.app.lesson_tab import measured_rates
@@ -54,19 +55,38 @@ def race_plan(iterations: int, eval_every: int, seeds: int, n_eval: int) -> dict
     return plan
 
 
-def earlier_race_rates(root: Path) -> dict[str, float]:
-    """Seconds per training episode of each arm (keys `ARM_UNIT`) and per test episode (`EVAL_UNIT`),
-    from the newest race session of each arm under `root` that recorded them; absent when none did."""
+LESSON_EPISODE_STEPS = 8
+"""The step limit the lesson's per-episode figures (measured or rough) stand for: an episode of the class
+race's trap copy plays 8 steps, and its training episodes cost about a lesson's naive one (3.1 s against
+the rough 3.0 s, docs/benchmarks/race_studio.md)."""
+
+
+def session_step_limit(session_dir: Path, own_limit: Callable[[str], int]) -> int:
+    """The step limit of the session in `session_dir` (its config.json: `env.step_limit`, else its task's
+    own, `own_limit(task)`)."""
+    env = json.loads((session_dir / "config.json").read_text(encoding="utf-8")).get("env", {})
+    return int(env.get("step_limit") or own_limit(str(env.get("task"))))
+
+
+def earlier_race_rates(root: Path, own_limit: Callable[[str], int]) -> dict[str, float]:
+    """Seconds per episode step (an episode's time over its session's step limit, `session_step_limit`)
+    of each arm's training episodes (keys `ARM_UNIT`) and of test episodes (`EVAL_UNIT`), from the newest
+    race session of each arm under `root` that recorded them; absent when none did. Per step, so a race
+    of another step limit scales them (episodes that fail run to the limit)."""
     out: dict[str, float] = {}
     for arm in ARMS:
         for path in sorted(root.glob(f"*-race*-{arm.lower()}/metrics.jsonl"), key=lambda p: p.stat().st_mtime):
+            try:
+                steps = session_step_limit(path.parent, own_limit)
+            except (OSError, ValueError):  # a session without a readable config: its times say nothing
+                continue
             train, test = [], []
             for line in path.read_text(encoding="utf-8").splitlines():
                 row = json.loads(line) if line.strip() else {}
                 if row.get("kind") == "train" and row.get("time/iteration") and row.get("rollout/episodes"):
-                    train.append(float(row["time/iteration"]) / float(row["rollout/episodes"]))
+                    train.append(float(row["time/iteration"]) / float(row["rollout/episodes"]) / steps)
                 if row.get("kind") == "eval" and row.get("time/eval") and row.get("eval/episodes"):
-                    test.append(float(row["time/eval"]) / float(row["eval/episodes"]))
+                    test.append(float(row["time/eval"]) / float(row["eval/episodes"]) / steps)
             if train:  # the newest session wins: the machine's load changes
                 out[ARM_UNIT[arm]] = sum(train) / len(train)
             if test:
@@ -82,13 +102,18 @@ def race_countdown(studio: Studio, cfg: Any, iterations: int, eval_every: int, s
     if n_eval is None:
         n_eval = min(cfg.train.eval_variations, TEST_LAYOUTS) * cfg.train.eval_repeats
     episodes = cfg.rollout.group_size * cfg.rollout.variations_per_iteration
-    earlier = earlier_race_rates(Path(studio.root))
+
+    def own_limit(task: str) -> int:
+        return int(studio.meta_env(cfg.env.name).step_limit(task))
+
+    steps = cfg.env.step_limit or own_limit(cfg.env.task)
+    earlier = earlier_race_rates(Path(studio.root), own_limit)
     lesson, measured = rate(measured_rates(studio), "episode")
-    fallback = (lesson, "from the lesson's naive episodes" if measured else "rough estimate")
+    fallback = (lesson / LESSON_EPISODE_STEPS, "from the lesson's naive episodes" if measured else "rough estimate")
     priors = {}
     for unit in (*ARM_UNIT.values(), EVAL_UNIT):
-        per, label = (earlier[unit], "from an earlier race here") if unit in earlier else fallback
-        priors[unit] = (per * (1 if unit == EVAL_UNIT else episodes), label)
+        per_step, label = (earlier[unit], "from an earlier race here") if unit in earlier else fallback
+        priors[unit] = (per_step * steps * (1 if unit == EVAL_UNIT else episodes), label)
     return Countdown(race_plan(iterations, eval_every, seeds, n_eval), priors)
 
 
