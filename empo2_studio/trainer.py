@@ -77,8 +77,7 @@ class Trainer:
         self.embedder = embedder if embedder is not None else make_embedder(cfg.memory.embedder)
         self.store = open_tip_store(session.tips_path, self.embedder, cfg.memory, env=cfg.env)
         self.iteration = 0
-        self.saved: tuple[int, Path | None] = (0, None)
-        """(iteration, folder) of the weights last saved or resumed from; (0, None): the start, never saved."""
+        self.saved: tuple[int, Path | None] = (0, None)  # (iteration, folder) last saved or resumed from
         self.rng = random.Random(cfg.seed)
         trainable = [p for p in self.policy.trainable_parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(trainable, lr=cfg.train.learning_rate, weight_decay=cfg.train.weight_decay)
@@ -346,12 +345,8 @@ class Trainer:
     # ---- checkpoints -------------------------------------------------------------------------
     def save_checkpoint(self) -> Path:
         """Save the adapter and the trainer state for the current iteration; returns the directory."""
-        state = {
-            "iteration": self.iteration,
-            "rng": self.rng.getstate(),
-            "optimizer": self.optimizer.state_dict(),
-            "novelty": pickle.dumps(self._novelty),
-        }
+        state = {"iteration": self.iteration, "rng": self.rng.getstate(), "optimizer": self.optimizer.state_dict(),
+                 "novelty": pickle.dumps(self._novelty)}  # fmt: skip
 
         def save(tmp: Path) -> None:
             self.policy.save_adapter(str(tmp))
@@ -362,12 +357,6 @@ class Trainer:
         self.session.set_state({**self.session.state(), "iteration": self.iteration, "checkpoint": str(path.relative_to(self.session.dir))})
         self.saved = (self.iteration, path)
         return path
-
-    @property
-    def unsaved(self) -> bool:
-        """Whether the weights changed since the last checkpoint (or since the start): every update and
-        distill step advances `iteration`, so an equal iteration means the same weights."""
-        return self.iteration != self.saved[0]
 
     @classmethod
     def resume(cls, session: Any, **kw: Any) -> Trainer:

@@ -335,3 +335,21 @@ def test_the_lessons_expected_time_follows_the_form(studio):
     assert ls.minutes_text(ls.lesson_seconds(2, 2, 5, rates)) in smaller
     bad = ls.lesson_form_time(studio, task, ["0", "1"], 0, 5)
     assert bad.startswith("**Lesson session**") and "**Expected time**: — (episodes per variation" in bad
+
+
+def test_a_lesson_taking_the_model_adds_no_checkpoint_to_a_session_that_only_played(studio):
+    """A walkthrough found `iter_000000` in the open session after a Lesson started: the swap saved a
+    trainer that had only played Episodes pairs. It now saves only weights changed since the last save."""
+    from empo2_studio.sessions import Session
+
+    played = Session.create(studio.root, replace(studio.session(RUN).config, run_id="only-played")).dir.name
+    trainer = studio.trainer(played)  # a new session's trainer, as an Episodes pair makes it: iteration 0
+    assert (trainer.iteration, trainer.saved) == (0, (0, None))
+    lesson_run = ls.lesson_session(studio, "trap-light-bulb").dir.name
+    studio.trainer(lesson_run)  # the Lesson takes the model
+    assert studio.session(played).checkpoints() == []  # was [(0, …/iter_000000)]
+    assert studio.loaded_adapter is not None and studio.trainer(played).iteration == 0
+    trainer = studio.trainer(played)
+    trainer.step()  # trained: now a swap must keep it
+    studio.trainer(lesson_run)
+    assert [i for i, _ in studio.session(played).checkpoints()] == [1]

@@ -4,33 +4,18 @@ and the naive success the benchmark measured."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
+from scripts import load_bench
 
 from empo2_studio.config import DEFAULT_WARM_START, WARM_START_DIR
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
-
-
-def bench_lesson():
-    sys.path.insert(0, str(BENCH))  # bench_lesson imports its siblings by name
-    try:
-        spec = importlib.util.spec_from_file_location("bench_lesson_under_test", BENCH / "bench_lesson.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(BENCH))
-
 
 def test_the_saved_adapter_loads_back_and_names_what_it_saw(tmp_path, tiny_policy):
-    bench = bench_lesson()
+    bench = load_bench("bench_lesson")
     args = SimpleNamespace(save_adapter=tmp_path / "starts", warm_start="auto", distill_task="trap-light-bulb-fixed",
                            distill_steps=2, episodes=8, distill_lr=6e-4, temperature=1.0,
                            command="benchmarks/bench_lesson.py --parts distill")  # fmt: skip
@@ -61,7 +46,7 @@ def test_the_saved_adapter_loads_back_and_names_what_it_saw(tmp_path, tiny_polic
 
 
 def test_save_adapter_without_distill_or_onto_an_earlier_start_is_refused(tmp_path, capsys):
-    bench = bench_lesson()
+    bench = load_bench("bench_lesson")
     for argv, says in (
         (["--parts", "notes", "--save-adapter", str(tmp_path)], "--parts notes has no distill"),
         (["--parts", "distill", "--seeds", "0", "1", "--save-adapter", str(tmp_path)], f"{tmp_path / 'seed1'} already exist"),
@@ -80,6 +65,6 @@ def test_save_adapter_without_distill_or_onto_an_earlier_start_is_refused(tmp_pa
 
 def test_a_bad_adapt_step_limit_is_refused_before_the_model_loads(capsys):
     with pytest.raises(SystemExit) as exit_info:
-        bench_lesson().main(["--parts", "adapt", "--adapt-step-limit", "0"])
+        load_bench("bench_lesson").main(["--parts", "adapt", "--adapt-step-limit", "0"])
     assert exit_info.value.code == 2
     assert "--adapt-step-limit must be ≥ 1 (or left out: each task's own), got 0" in capsys.readouterr().err

@@ -3,25 +3,10 @@ settings are refused before a studio starts."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
-
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
-
-
-def bench():
-    sys.path.insert(0, str(BENCH))
-    try:
-        spec = importlib.util.spec_from_file_location("bench_race_studio_under_test", BENCH / "bench_race_studio.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(BENCH))
+from scripts import load_bench
 
 
 def test_arm_seconds_sum_the_training_rows_and_the_evaluations(tmp_path):
@@ -37,7 +22,7 @@ def test_arm_seconds_sum_the_training_rows_and_the_evaluations(tmp_path):
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (tmp_path / "studio").mkdir()  # not a race session: left out
     (tmp_path / "studio" / "metrics.jsonl").write_text(json.dumps(rows[1]) + "\n")
-    out = bench().arm_seconds(tmp_path)
+    out = load_bench("bench_race_studio").arm_seconds(tmp_path)
     assert list(out) == ["studio-trap-race-empo2"]
     assert out["studio-trap-race-empo2"] == {"sampling": 21.5, "env": 0.0, "memory": 2.0, "scoring": 3.0,
                                              "backward": 4.0, "iteration": 32.0, "eval": 20.0, "iterations": 2}
@@ -48,6 +33,6 @@ def test_arm_seconds_sum_the_training_rows_and_the_evaluations(tmp_path):
                                            (["--timeout", "-5"], "--timeout must be > 0, got -5.0")])
 def test_bad_settings_are_refused_before_a_studio_starts(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_info:
-        bench().main(argv)
+        load_bench("bench_race_studio").main(argv)
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err

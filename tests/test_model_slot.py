@@ -28,13 +28,13 @@ class FakeTrainer:
         self.store = f"store-{run_id}"
         self.saves = 0
         self.closed = False
-        self.unsaved = True  # trained since its last checkpoint (the tests that need otherwise say so)
+        self.iteration = 1  # trained since its last checkpoint (the tests that need otherwise say so)
         self.saved: tuple[int, Path | None] = (0, None)
 
     def save_checkpoint(self) -> Path:
         self.saves += 1
         self.log.append(f"save {self.run_id}")
-        self.saved = (self.saves, Path(f"/ck/{self.run_id}/{self.saves}"))
+        self.saved = (self.iteration, Path(f"/ck/{self.run_id}/{self.saves}"))
         return self.saved[1]
 
     def close(self) -> None:
@@ -90,16 +90,16 @@ def test_a_trainer_that_trained_nothing_since_its_checkpoint_is_not_saved_again(
     the policy is recorded as holding what the trainer started on (the fresh adapter, or its checkpoint)."""
     slot, policy, built, log, fresh = parts
     a = slot.trainer("a")
-    a.unsaved = False  # a new trainer that only played: its weights are the fresh adapter
+    a.iteration = 0  # a new trainer that only played: its weights are the fresh adapter
     swap = slot.swap(CheckpointWeights("b", "/ck/b/7"))
     assert (swap.saved, a.saves, a.closed, slot.loaded) == (None, 0, True, CheckpointWeights("b", "/ck/b/7"))
     b = slot.trainer("b")
-    b.saved, b.unsaved = (7, Path("/ck/b/7")), False  # resumed from its checkpoint 7, nothing trained since
+    b.saved, b.iteration = (7, Path("/ck/b/7")), 7  # resumed from its checkpoint 7, nothing trained since
     swap = slot.swap(TrainerWeights("c"))
     assert (swap.saved, b.saves, log) == (None, 0, [])
     c = built[-1]
     assert c.from_fresh == fresh  # the policy held b's checkpoint: fresh first, as after a save
-    c.unsaved = False
+    c.iteration = 0
     slot.swap(None)  # c never trained and started fresh: the slot records the fresh adapter
     assert (slot.loaded, policy.loads[-1], log) == (None, str(fresh), [])
 

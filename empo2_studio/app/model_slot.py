@@ -228,7 +228,8 @@ class ModelSlot:
         run_id = self._loaded.run_id
         # A trainer that trained nothing since its last checkpoint (an Episodes pair, a Lesson's other
         # session) adds no folder: the policy holds that checkpoint, or the fresh adapter it started on.
-        path = trainer.save_checkpoint() if trainer.unsaved else None
+        # Every update and distill step advances `iteration`, so an equal one means the same weights.
+        path = trainer.save_checkpoint() if trainer.iteration != trainer.saved[0] else None
         held = path or trainer.saved[1]
         trainer.close()
         self._stores[run_id] = trainer.store  # keep one store handle per session
