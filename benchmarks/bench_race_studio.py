@@ -21,72 +21,23 @@ Run: PYTHONPATH=. .venv/bin/python benchmarks/bench_race_studio.py [--preset cla
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
-import re
-import socket
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _results import add_result_option, write_result  # noqa: E402
+from _studio import CHROMIUM, CHROMIUM_ARGS, ROOT, chromium_cpu, cpu_seconds, follow, served_studio  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
-CHROMIUM = "/usr/bin/chromium"
 PARTS = ("sampling", "env", "memory", "scoring", "backward")
 """The `time/<part>` keys of a training row summed per arm (the evaluation rows' `time/eval` apart)."""
 PHASES = {"evaluation before training": r"evaluation before training", "EMPO² iteration 1": r"iteration 1 of \d+ · EMPO²",
           "GRPO iteration 1": r"iteration 1 of \d+ · GRPO", "an arm's evaluation": r"'s evaluation at iteration"}  # fmt: skip
 """Phase → a pattern of the status line; the first second it matches is recorded."""
-FINAL = re.compile(r"\[(done|stopped|failed)\]")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of process `pid` so far (0 when it is gone)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def chromium_cpu() -> float:
-    """CPU seconds so far of every running Chromium process (the headless browser's renderer, GPU and
-    browser processes; this benchmark starts the only Chromium on the machine it expects)."""
-    total = 0.0
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                comm = (proc / "comm").read_text().strip()
-            except OSError:
-                continue
-            if comm.startswith(("chromium", "chrome")):
-                total += cpu_seconds(int(proc.name))
-    return total
-
-
-def wait_until_served(url: str, server: subprocess.Popen, timeout: float) -> None:
-    """Return once `url` answers; raise RuntimeError when the studio exits or `timeout` s pass."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if server.poll() is not None:
-            raise RuntimeError(f"the studio exited with {server.returncode} before it served {url}")
-        try:
-            with urllib.request.urlopen(url, timeout=5):
-                return
-        except OSError:
-            time.sleep(2)
-    raise RuntimeError(f"the studio did not answer at {url} within {timeout:.0f} s")
 
 
 def arm_seconds(sessions: Path) -> dict[str, dict[str, float]]:
@@ -109,9 +60,8 @@ def race_in_the_page(url: str, preset: str, timeout: float, iterations: int | No
     evaluation interval, when given), start the race and follow it to its closing line."""
     from playwright.sync_api import sync_playwright
 
-    args = ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking", "--disable-sync"]
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=args)
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         page.set_default_timeout(240_000)
         page.goto(url)
@@ -127,31 +77,14 @@ def race_in_the_page(url: str, preset: str, timeout: float, iterations: int | No
         form = {k: page.locator(f"#rc-{k} input").first.input_value()
                 for k in ("iterations", "group", "eval-every", "eval-repeats", "seeds")}  # fmt: skip
         expected = page.locator("#rc-expected").inner_text()
-        status = page.locator("#rc-status")
         cpu0 = chromium_cpu()
-        t0 = time.monotonic()
         page.locator("#rc-start").click()
-        seen: dict[str, float] = {}
-        first_progress = None
-        text = ""
-        while time.monotonic() - t0 < timeout:
-            page.wait_for_timeout(1000)
-            text = status.inner_text()
-            now = round(time.monotonic() - t0, 1)
-            if first_progress is None and re.search(r"\[running\]|elapsed", text):
-                first_progress = now
-            for phase, pattern in PHASES.items():
-                if phase not in seen and re.search(pattern, text):
-                    seen[phase] = now
-            if FINAL.search(text):
-                break
-        wall = round(time.monotonic() - t0, 1)
+        race = follow(page, "rc-status", timeout, PHASES)
         verdict = page.locator("#rc-verdict").inner_text()
         chromium = round(chromium_cpu() - cpu0, 1)
         page.screenshot(path=str(Path(tempfile.gettempdir()) / f"bench-race-studio-{preset}.png"), full_page=True)
         browser.close()
-    return {"form": form, "expected": expected, "wall_s": wall, "first_progress_s": first_progress,
-            "phases_s": seen, "status": text.strip(), "verdict": verdict.strip(), "chromium_cpu_s": chromium}  # fmt: skip
+    return {"form": form, "expected": expected, **race, "verdict": verdict.strip(), "chromium_cpu_s": chromium}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -171,25 +104,14 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--timeout must be > 0, got {args.timeout}")
     if not os.path.exists(CHROMIUM):
         ap.error(f"{CHROMIUM} is not installed (apt-get install chromium)")
+    if importlib.util.find_spec("playwright") is None:  # before the studio loads its model
+        ap.error("playwright is not installed in this environment (make install puts it in .venv)")
     started = time.perf_counter()
-    port = free_port()
-    url = f"http://127.0.0.1:{port}/"
-    with tempfile.TemporaryDirectory(prefix="empo2-race-studio-") as tmp:
-        sessions = Path(tmp) / "sessions"
-        cmd = [str(Path(sys.executable).with_name("empo2-studio")), "app", "--port", str(port), "--sessions-dir", str(sessions)]
-        env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)} if args.threads else dict(os.environ)
-        log = open(Path(tmp) / "studio.log", "w")
-        server = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-        try:
-            wait_until_served(url, server, timeout=600)
-            studio0 = cpu_seconds(server.pid)
-            race = race_in_the_page(url, args.preset, args.timeout, args.iterations)
-            race["studio_cpu_s"] = round(cpu_seconds(server.pid) - studio0, 1)
-            race["arms"] = arm_seconds(sessions)
-        finally:
-            server.terminate()
-            server.wait(timeout=60)
-            log.close()
+    with served_studio(args.threads) as (url, server, sessions):
+        studio0 = cpu_seconds(server.pid)
+        race = race_in_the_page(url, args.preset, args.timeout, args.iterations)
+        race["studio_cpu_s"] = round(cpu_seconds(server.pid) - studio0, 1)
+        race["arms"] = arm_seconds(sessions)
     print(f"form {race['form']}; expected: {race['expected']}")
     print(f"▶ Start → closing line: {race['wall_s']:.0f} s ({race['wall_s'] / 60:.1f} min); first progress after "
           f"{race['first_progress_s']} s; phases {race['phases_s']}")  # fmt: skip
@@ -200,6 +122,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {name} | {parts['iterations']} | " + " | ".join(f"{parts[p]:.0f}" for p in PARTS)
               + f" | {parts['eval']:.0f} | {parts['iteration']:.0f} |")
     print(f"\nverdict: {race['verdict']}\nstatus: {race['status']}")
+    if not race["status"].startswith("[done]"):  # stopped, failed or past --timeout: its time is no result
+        print(f"not finished: {race['status'][:200]!r}; no result written", file=sys.stderr)
+        return 1
     path = write_result(args.result, __file__, argv, started, [0], race, preset=args.preset, iterations=args.iterations,
                         threads=args.threads)
     if path:

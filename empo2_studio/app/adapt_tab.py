@@ -35,8 +35,8 @@ def unseen_tasks(studio: Studio, run_id: str) -> list[str]:
 MAX_TRIALS = 20
 """Most memory trials one Adapt run plays (the paper's adaptation uses 10; each trial is a group)."""
 NO_ADAPTER_SAW = " · no shipped adapter trained on it"
-"""How the task list marks a task that no adapter under assets/warmstart/ saw: adaptation there measures
-the memory alone, not a note-following skill trained on the same task (docs/benchmarks/lesson.md)."""
+"""How the task list marks a task no adapter under assets/warmstart/ names in its `seen` (its data, by
+task name; a trap fixed-family task still shares its goal with a search-family one the adapters saw)."""
 
 
 def adapter_trained_tasks() -> set[str]:
@@ -97,7 +97,8 @@ def build_adapt_tab(studio: Studio, run_id: gr.State) -> dict[str, Any]:
     gr.Markdown("Adapt a trained checkpoint to a task it was **not** trained on: trial 0 plays without "
                 "memory (the baseline), later trials retrieve the tips written by earlier ones. "
                 "The weights stay frozen — the adapter checksum is shown before and after. Tasks no shipped "
-                "adapter trained on come first: there the memory alone does the adapting.")
+                "adapter trained on (by name) come first; on the trap they share their goals with the search "
+                "family the adapters trained on, in other layouts.")
     with gr.Row():
         checkpoint = gr.Dropdown(label="Checkpoint", choices=[], elem_id="ad-checkpoint")
         task = gr.Dropdown(label="Unseen task", choices=[], elem_id="ad-task")

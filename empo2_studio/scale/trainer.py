@@ -229,6 +229,7 @@ class DistributedTrainer(Trainer):
             path = self.session.write_checkpoint(self.iteration, save)
             self.session.set_state({**self.session.state(), "iteration": self.iteration, "checkpoint": str(path.relative_to(self.session.dir))})
         self.ctx.barrier()
+        self.saved = (self.iteration, path)
         return path
 
     @classmethod

@@ -1,0 +1,108 @@
+"""The Lesson timed as a class sees it: ▶ Play the lesson with its defaults, the page open in headless Chromium.
+
+Starts `empo2-studio app` on a fresh sessions folder (2 threads unless `--threads`), opens the page on its
+Lesson tab, reads the tab's *Expected time* line, clicks ▶ Play the lesson and reads the status line every
+second until "[done]" (or `--timeout`). Prints and records the wall seconds from the click, when each
+stage first showed on the status line, the CPU of the studio and of Chromium, and each stage's success
+and seconds from the lesson session's `metrics.jsonl` (`kind: lesson` rows). This is the README's first
+run, so its time is the one a newcomer meets; compare only runs made on the same machine.
+
+Run: PYTHONPATH=. .venv/bin/python benchmarks/bench_lesson_studio.py [--result NAME]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _results import add_result_option, write_result  # noqa: E402
+from _studio import CHROMIUM, CHROMIUM_ARGS, ROOT, chromium_cpu, cpu_seconds, follow, served_studio  # noqa: E402
+
+PHASES = {"1 · naive": r"1 · naive", "3 · with tips": r"3 · with tips", "4 · distill": r"4 · distill",
+          "5 · naive after distillation": r"5 · naive after"}  # fmt: skip
+"""Stage → a pattern of the status line; the first second it matches is recorded."""
+
+
+def stage_rows(sessions: Path) -> dict[str, dict[str, float]]:
+    """Stage → {"success_rate", "episodes", "seconds"} from the lesson sessions' `kind: lesson` rows (the
+    last row of each stage; "seconds": `time/stage` when recorded)."""
+    out: dict[str, dict[str, float]] = {}
+    for metrics in sorted(sessions.glob("lesson-*/metrics.jsonl")):
+        for line in metrics.read_text(encoding="utf-8").splitlines():
+            row = json.loads(line) if line.strip() else {}
+            if row.get("kind") != "lesson" or "lesson/stage" not in row:
+                continue
+            keep = {k.split("/", 1)[1]: float(v) for k, v in row.items()
+                    if k in ("lesson/success_rate", "lesson/episodes", "time/stage") and isinstance(v, (int, float))}  # fmt: skip
+            out[str(row["lesson/stage"])] = keep
+    return out
+
+
+def lesson_in_the_page(url: str, timeout: float) -> dict:
+    """Open `url` on the Lesson tab, read its expected time, play the lesson and follow it to its closing line."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.set_default_timeout(240_000)
+        page.goto(url)
+        page.get_by_role("tab", name="Lesson").click()
+        page.locator("#ls-session").get_by_text("Expected time").wait_for()
+        page.locator("#ls-tip-0 textarea").filter(has_text="then").wait_for()  # the pre-filled tips are in
+        expected = page.locator("#ls-session").inner_text()
+        cpu0 = chromium_cpu()
+        page.locator("#ls-play").click()
+        lesson = follow(page, "ls-status", timeout, PHASES)
+        chromium = round(chromium_cpu() - cpu0, 1)
+        page.screenshot(path=str(Path(tempfile.gettempdir()) / "bench-lesson-studio.png"), full_page=True)
+        browser.close()
+    return {"expected": expected, **lesson, "chromium_cpu_s": chromium}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--threads", type=int, default=None, help="the studio's torch threads (default: its own, 2 here)")
+    ap.add_argument("--timeout", type=float, default=3600.0, help="seconds to follow the lesson before giving up")
+    add_result_option(ap)
+    args = ap.parse_args(argv)
+    if args.threads is not None and args.threads < 1:
+        ap.error(f"--threads must be ≥ 1, got {args.threads}")
+    if args.timeout <= 0:
+        ap.error(f"--timeout must be > 0, got {args.timeout}")
+    if not os.path.exists(CHROMIUM):
+        ap.error(f"{CHROMIUM} is not installed (apt-get install chromium)")
+    if importlib.util.find_spec("playwright") is None:  # before the studio loads its model
+        ap.error("playwright is not installed in this environment (make install puts it in .venv)")
+    started = time.perf_counter()
+    with served_studio(args.threads) as (url, server, sessions):
+        studio0 = cpu_seconds(server.pid)
+        lesson = lesson_in_the_page(url, args.timeout)
+        lesson["studio_cpu_s"] = round(cpu_seconds(server.pid) - studio0, 1)
+        lesson["stages"] = stage_rows(sessions)
+    print(f"expected: {lesson['expected']}")
+    print(f"▶ Play → closing line: {lesson['wall_s']:.0f} s ({lesson['wall_s'] / 60:.1f} min); first progress after "
+          f"{lesson['first_progress_s']} s; stages began at {lesson['phases_s']}")  # fmt: skip
+    print(f"CPU over the lesson: studio {lesson['studio_cpu_s']:.0f} s, Chromium {lesson['chromium_cpu_s']:.0f} s")
+    print("\n| stage | episodes | success | seconds |\n|---|---|---|---|")
+    for stage, row in lesson["stages"].items():
+        print(f"| {stage} | {row.get('episodes', 0):.0f} | {row.get('success_rate', 0):.2f} | {row.get('stage', 0):.0f} |")
+    print(f"\nstatus: {lesson['status']}")
+    if not lesson["status"].startswith("[done]"):  # stopped, failed or past --timeout: its time is no result
+        print(f"not finished: {lesson['status'][:200]!r}; no result written", file=sys.stderr)
+        return 1
+    path = write_result(args.result, __file__, argv, started, [], lesson, threads=args.threads)
+    if path:
+        print(f"result written to {path.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
