@@ -56,7 +56,7 @@ def lesson_in_the_page(url: str, timeout: float) -> dict:
         page.goto(url)
         page.get_by_role("tab", name="Lesson").click()
         page.locator("#ls-session").get_by_text("Expected time").wait_for()
-        page.locator("#ls-tip-0 textarea").filter(has_text="then").wait_for()  # the pre-filled tips are in
+        page.wait_for_function("document.querySelector('#ls-tip-0 textarea').value !== ''")  # the pre-filled tips are in
         expected = page.locator("#ls-session").inner_text()
         cpu0 = chromium_cpu()
         page.locator("#ls-play").click()
