@@ -113,7 +113,9 @@ def lesson_seconds(variations: int, episodes: int, distill_steps: int, rates: Ma
 def rates_note(rates: Mapping[str, float]) -> str:
     """Where the expected times come from, for the page."""
     if not any(k in rates for k in RATE_KEYS):
-        return "a rough estimate: nothing measured on this machine yet (the first stage measures it)"
+        return ("a rough estimate: nothing measured on this machine yet (the first stage measures it; these are a "
+                "loaded 2-core CPU's figures, and a quiet one played the default lesson in about 2 min: "
+                "docs/benchmarks/lesson_studio.md)")  # fmt: skip
     parts = []
     for unit, what in (("episode", "per naive episode"), ("memory_episode", "per memory episode"),
                        ("distill_episode", "per memory episode per distill step"),
