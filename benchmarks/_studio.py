@@ -4,7 +4,9 @@ every second until its closing line, and CPU seconds read from /proc."""
 
 from __future__ import annotations
 
+import argparse
 import contextlib
+import importlib.util
 import os
 import re
 import socket
@@ -21,6 +23,25 @@ CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking", "--disable-sync"]
 FINAL = re.compile(r"\[(done|stopped|failed)\]")
 """A job's closing status line."""
+
+
+def add_studio_options(ap: argparse.ArgumentParser, job: str) -> None:
+    """`--threads` and `--timeout` (seconds to follow the `job` before giving up)."""
+    ap.add_argument("--threads", type=int, default=None, help="the studio's torch threads (default: its own, 2 here)")
+    ap.add_argument("--timeout", type=float, default=3600.0, help=f"seconds to follow the {job} before giving up")
+
+
+def check_studio_options(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse (`ap.error`, exit 2) bad `--threads`/`--timeout`, a missing Chromium or Playwright, before
+    the studio loads its model."""
+    if args.threads is not None and args.threads < 1:
+        ap.error(f"--threads must be ≥ 1, got {args.threads}")
+    if args.timeout <= 0:
+        ap.error(f"--timeout must be > 0, got {args.timeout}")
+    if not os.path.exists(CHROMIUM):
+        ap.error(f"{CHROMIUM} is not installed (apt-get install chromium)")
+    if importlib.util.find_spec("playwright") is None:
+        ap.error("playwright is not installed in this environment (make install puts it in .venv)")
 
 
 def free_port() -> int:
@@ -85,6 +106,23 @@ def served_studio(threads: int | None) -> Iterator[tuple[str, subprocess.Popen, 
             finally:
                 server.terminate()
                 server.wait(timeout=60)
+
+
+@contextlib.contextmanager
+def opened_page(url: str, tab: str) -> Iterator:
+    """A headless Chromium page on `url` with `tab` opened (Playwright's sync API), closed on exit."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.set_default_timeout(240_000)
+            page.goto(url)
+            page.get_by_role("tab", name=tab).click()
+            yield page
+        finally:
+            browser.close()
 
 
 def follow(page, status_id: str, timeout: float, phases: dict[str, str]) -> dict:

@@ -13,9 +13,7 @@ Run: PYTHONPATH=. .venv/bin/python benchmarks/bench_lesson_studio.py [--result N
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
-import os
 import sys
 import tempfile
 import time
@@ -23,7 +21,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _results import add_result_option, write_result  # noqa: E402
-from _studio import CHROMIUM, CHROMIUM_ARGS, ROOT, chromium_cpu, cpu_seconds, follow, served_studio  # noqa: E402
+from _studio import (ROOT, add_studio_options, check_studio_options, chromium_cpu, cpu_seconds, follow,  # noqa: E402
+                     opened_page, served_studio)
 
 PHASES = {"1 · naive": r"1 · naive", "3 · with tips": r"3 · with tips", "4 · distill": r"4 · distill",
           "5 · naive after distillation": r"5 · naive after"}  # fmt: skip
@@ -47,14 +46,7 @@ def stage_rows(sessions: Path) -> dict[str, dict[str, float]]:
 
 def lesson_in_the_page(url: str, timeout: float) -> dict:
     """Open `url` on the Lesson tab, read its expected time, play the lesson and follow it to its closing line."""
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        page.set_default_timeout(240_000)
-        page.goto(url)
-        page.get_by_role("tab", name="Lesson").click()
+    with opened_page(url, "Lesson") as page:
         page.locator("#ls-session").get_by_text("Expected time").wait_for()
         page.wait_for_function("document.querySelector('#ls-tip-0 textarea').value !== ''")  # the pre-filled tips are in
         expected = page.locator("#ls-session").inner_text()
@@ -63,24 +55,15 @@ def lesson_in_the_page(url: str, timeout: float) -> dict:
         lesson = follow(page, "ls-status", timeout, PHASES)
         chromium = round(chromium_cpu() - cpu0, 1)
         page.screenshot(path=str(Path(tempfile.gettempdir()) / "bench-lesson-studio.png"), full_page=True)
-        browser.close()
     return {"expected": expected, **lesson, "chromium_cpu_s": chromium}
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--threads", type=int, default=None, help="the studio's torch threads (default: its own, 2 here)")
-    ap.add_argument("--timeout", type=float, default=3600.0, help="seconds to follow the lesson before giving up")
+    add_studio_options(ap, "lesson")
     add_result_option(ap)
     args = ap.parse_args(argv)
-    if args.threads is not None and args.threads < 1:
-        ap.error(f"--threads must be ≥ 1, got {args.threads}")
-    if args.timeout <= 0:
-        ap.error(f"--timeout must be > 0, got {args.timeout}")
-    if not os.path.exists(CHROMIUM):
-        ap.error(f"{CHROMIUM} is not installed (apt-get install chromium)")
-    if importlib.util.find_spec("playwright") is None:  # before the studio loads its model
-        ap.error("playwright is not installed in this environment (make install puts it in .venv)")
+    check_studio_options(ap, args)
     started = time.perf_counter()
     with served_studio(args.threads) as (url, server, sessions):
         studio0 = cpu_seconds(server.pid)

@@ -21,9 +21,7 @@ Run: PYTHONPATH=. .venv/bin/python benchmarks/bench_race_studio.py [--preset cla
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
-import os
 import sys
 import tempfile
 import time
@@ -31,7 +29,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _results import add_result_option, write_result  # noqa: E402
-from _studio import CHROMIUM, CHROMIUM_ARGS, ROOT, chromium_cpu, cpu_seconds, follow, served_studio  # noqa: E402
+from _studio import (ROOT, add_studio_options, check_studio_options, chromium_cpu, cpu_seconds, follow,  # noqa: E402
+                     opened_page, served_studio)
 
 PARTS = ("sampling", "env", "memory", "scoring", "backward")
 """The `time/<part>` keys of a training row summed per arm (the evaluation rows' `time/eval` apart)."""
@@ -58,14 +57,7 @@ def arm_seconds(sessions: Path) -> dict[str, dict[str, float]]:
 def race_in_the_page(url: str, preset: str, timeout: float, iterations: int | None = None) -> dict:
     """Open `url`, click the Race tab's `preset` (then type `iterations` over its iterations and its
     evaluation interval, when given), start the race and follow it to its closing line."""
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        page.set_default_timeout(240_000)
-        page.goto(url)
-        page.get_by_role("tab", name="Race (EMPO² vs GRPO)").click()
+    with opened_page(url, "Race (EMPO² vs GRPO)") as page:
         page.wait_for_function("document.querySelector('#rc-iterations input').value !== ''")
         page.wait_for_timeout(3000)  # the page-load refresh sets the form; a preset clicked before it is undone
         page.locator(f"#rc-preset-{preset}").click()
@@ -83,7 +75,6 @@ def race_in_the_page(url: str, preset: str, timeout: float, iterations: int | No
         verdict = page.locator("#rc-verdict").inner_text()
         chromium = round(chromium_cpu() - cpu0, 1)
         page.screenshot(path=str(Path(tempfile.gettempdir()) / f"bench-race-studio-{preset}.png"), full_page=True)
-        browser.close()
     return {"form": form, "expected": expected, **race, "verdict": verdict.strip(), "chromium_cpu_s": chromium}
 
 
@@ -92,20 +83,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--preset", choices=["class", "benchmark"], default="class", help="the Race tab's preset to click")
     ap.add_argument("--iterations", type=int, default=None,
                     help="iterations (and evaluation interval) typed over the preset's (a short check of this script)")
-    ap.add_argument("--threads", type=int, default=None, help="the studio's torch threads (default: its own, 2 here)")
-    ap.add_argument("--timeout", type=float, default=3600.0, help="seconds to follow the race before giving up")
+    add_studio_options(ap, "race")
     add_result_option(ap)
     args = ap.parse_args(argv)
-    if args.threads is not None and args.threads < 1:
-        ap.error(f"--threads must be ≥ 1, got {args.threads}")
+    check_studio_options(ap, args)
     if args.iterations is not None and args.iterations < 1:
         ap.error(f"--iterations must be ≥ 1, got {args.iterations}")
-    if args.timeout <= 0:
-        ap.error(f"--timeout must be > 0, got {args.timeout}")
-    if not os.path.exists(CHROMIUM):
-        ap.error(f"{CHROMIUM} is not installed (apt-get install chromium)")
-    if importlib.util.find_spec("playwright") is None:  # before the studio loads its model
-        ap.error("playwright is not installed in this environment (make install puts it in .venv)")
     started = time.perf_counter()
     with served_studio(args.threads) as (url, server, sessions):
         studio0 = cpu_seconds(server.pid)
