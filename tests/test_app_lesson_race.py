@@ -300,13 +300,14 @@ def test_the_expected_time_scales_with_the_step_limit(studio, tmp_path):
         priors[steps] = race_countdown(studio, cfg, p["iterations"], p["eval_every"], p["seeds"]).priors
     for unit, (seconds, label) in priors[8].items():
         assert priors[16][unit] == (pytest.approx(2 * seconds), label), unit
-    # an earlier race's rows are per step of that race's own limit (config.json; None: the task's own)
-    run = tmp_path / "s-race-empo2"
-    run.mkdir()
-    (run / "config.json").write_text('{"env": {"task": "trap-light-bulb-fixed", "step_limit": null}}')
-    (run / "metrics.jsonl").write_text('{"kind": "train", "time/iteration": 48.0, "rollout/episodes": 8}\n'
-                                       '{"kind": "eval", "time/eval": 36.0, "eval/episodes": 12}\n')
-    rates = earlier_race_rates(tmp_path, lambda task: {"trap-light-bulb-fixed": 12}[task])
+    # an earlier race's rows are per step of that race session's own limit
+    for name in ("s-race-empo2", "t-race-grpo"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "s-race-empo2" / "metrics.jsonl").write_text(
+        '{"kind": "train", "time/iteration": 48.0, "rollout/episodes": 8}\n{"kind": "eval", "time/eval": 36.0, "eval/episodes": 12}\n')
+    (tmp_path / "t-race-grpo" / "metrics.jsonl").write_text('{"kind": "train", "time/iteration": 9.0, "rollout/episodes": 1}\n')
+    limits = {"s-race-empo2": 12}  # t-race-grpo: no readable config, so its times say nothing
+    rates = earlier_race_rates(tmp_path, lambda run_id: limits[run_id])
     assert rates == {"EMPO² iteration": pytest.approx(6.0 / 12), "test episode": pytest.approx(3.0 / 12)}
     assert LESSON_EPISODE_STEPS == rc.RACE_ENV.step_limit  # the class race's episodes, which the lesson's figures stand for
 

@@ -252,16 +252,21 @@ def _saved_results(studio: Studio, job: Job) -> dict[str, StageResult]:
     return results_from_metrics(session.metrics(), session.config.env.task)
 
 
-def session_markdown(studio: Studio, run_id: str, task: str = TRAP_TASKS[0], settings: LessonSettings | None = None) -> str:
-    """The lesson session line of `task`, and the time its lesson (`settings`; None: the default one) is
-    expected to take here."""
+def session_line(studio: Studio, run_id: str, task: str = TRAP_TASKS[0]) -> str:
+    """The lesson session line of `task`: which session, env and weights."""
     env = lesson_env(task)
     exists = (studio.root / run_id / "config.json").is_file()
     where = f"`{run_id}`" if exists else f"`{run_id}` (created when the lesson starts)"
     ckpt = studio.session(run_id).latest_checkpoint() if exists else None
     weights = f"distilled weights of iteration {ckpt[0]}" if ckpt else "the warm start (nothing distilled)"
     note = SCIENCEWORLD_NOTE if env == "scienceworld" else ""
-    return f"**Lesson session** {where} · {env} env · {weights}{note}\n\n{time_hint(measured_rates(studio, env), task, settings)}"
+    return f"**Lesson session** {where} · {env} env · {weights}{note}"
+
+
+def session_markdown(studio: Studio, run_id: str, task: str = TRAP_TASKS[0], settings: LessonSettings | None = None) -> str:
+    """`session_line`, and the time its lesson (`settings`; None: the default one) is expected to take here."""
+    rates = measured_rates(studio, lesson_env(task))
+    return f"{session_line(studio, run_id, task)}\n\n{time_hint(rates, task, settings)}"
 
 
 def time_hint(rates: dict[str, float], task: str = TRAP_TASKS[0], settings: LessonSettings | None = None) -> str:
@@ -284,8 +289,7 @@ def lesson_form_time(studio: Studio, task: str | None, variations: Any, episodes
     try:
         settings = settings_from_form(task, variations, episodes, distill_steps)
     except ValueError as exc:  # a half-typed form: say so, no error popup
-        line = session_markdown(studio, run_id, task).split("\n\n")[0]
-        return f"{line}\n\n**Expected time**: — ({readable_error(exc)})"
+        return f"{session_line(studio, run_id, task)}\n\n**Expected time**: — ({readable_error(exc)})"
     return session_markdown(studio, run_id, task, settings)
 
 

@@ -61,24 +61,17 @@ race's trap copy plays 8 steps, and its training episodes cost about a lesson's 
 over 120 episodes = 3.1 s and GRPO 2.2 s in docs/benchmarks/race_studio.md, against the rough 3.0 s)."""
 
 
-def session_step_limit(session_dir: Path, own_limit: Callable[[str], int]) -> int:
-    """The step limit of the session in `session_dir` (its config.json: `env.step_limit`, else its task's
-    own, `own_limit(task)`)."""
-    env = json.loads((session_dir / "config.json").read_text(encoding="utf-8")).get("env", {})
-    return int(env.get("step_limit") or own_limit(str(env.get("task"))))
-
-
-def earlier_race_rates(root: Path, own_limit: Callable[[str], int]) -> dict[str, float]:
-    """Seconds per episode step (an episode's time over its session's step limit, `session_step_limit`)
-    of each arm's training episodes (keys `ARM_UNIT`) and of test episodes (`EVAL_UNIT`), from the newest
-    race session of each arm under `root` that recorded them; absent when none did. Per step, so a race
-    of another step limit scales them (episodes that fail run to the limit)."""
+def earlier_race_rates(root: Path, step_limit: Callable[[str], int]) -> dict[str, float]:
+    """Seconds per episode step (an episode's time over its session's `step_limit(run_id)`) of each arm's
+    training episodes (keys `ARM_UNIT`) and of test episodes (`EVAL_UNIT`), from the newest race session
+    of each arm under `root` that recorded them; absent when none did. Per step, so a race of another
+    step limit scales them (episodes that fail run to the limit)."""
     out: dict[str, float] = {}
     for arm in ARMS:
         for path in sorted(root.glob(f"*-race*-{arm.lower()}/metrics.jsonl"), key=lambda p: p.stat().st_mtime):
             try:
-                steps = session_step_limit(path.parent, own_limit)
-            except (OSError, ValueError, TypeError, AttributeError):  # no readable config: its times say nothing
+                steps = step_limit(path.parent.name)
+            except (OSError, ValueError, KeyError):  # no readable config: its times say nothing
                 continue
             train, test = [], []
             for line in path.read_text(encoding="utf-8").splitlines():
@@ -103,11 +96,11 @@ def race_countdown(studio: Studio, cfg: Any, iterations: int, eval_every: int, s
         n_eval = min(cfg.train.eval_variations, TEST_LAYOUTS) * cfg.train.eval_repeats
     episodes = cfg.rollout.group_size * cfg.rollout.variations_per_iteration
 
-    def own_limit(task: str) -> int:
-        return int(studio.meta_env(cfg.env.name).step_limit(task))
+    def step_limit(env: Any) -> int:  # a session's: its own, else its task's
+        return int(env.step_limit or studio.meta_env(env.name).step_limit(env.task))
 
-    steps = cfg.env.step_limit or own_limit(cfg.env.task)
-    earlier = earlier_race_rates(Path(studio.root), own_limit)
+    steps = step_limit(cfg.env)
+    earlier = earlier_race_rates(Path(studio.root), lambda run_id: step_limit(studio.session(run_id).config.env))
     lesson, measured = rate(measured_rates(studio), "episode")
     fallback = (lesson / LESSON_EPISODE_STEPS, "from the lesson's naive episodes" if measured else "rough estimate")
     priors = {}
