@@ -292,16 +292,13 @@ def save_distilled(args, policy, seed: int, variations: list[int], measured: dic
 
 
 ADAPT_TASKS = ("trap-light-bulb-fixed", "trap-find-animal-fixed", "trap-water-plant-fixed")
-"""Part adapt's default tasks: the whole fixed family, none of it in any shipped adapter's data (every
-trap adapter trained on the search family only; tests/test_warm_start.py reads their warmstart.json).
-The fixed family varies the target and its decoys where the search family varies the room;
+"""Part adapt's default tasks: the whole fixed family, no task of it in any shipped adapter's data by name
+(every trap adapter trained on the search family only; tests/test_warm_start.py reads their
+warmstart.json), though it keeps the search family's goals: it varies the target and its decoys where
+the search family varies the room;
 trap-light-bulb-fixed is also the race's task, but part adapt starts from the warm start, not from a race
 checkpoint. The chain task trap-fetch-two, no adapter's either, is run apart: its gold path is 8–9
 actions (its own step limit is 20)."""
-
-
-def limit_text(step_limit: int | None) -> str:
-    return "each task's own" if step_limit is None else str(step_limit)
 
 
 def part_adapt(args, policy, embedder, root: Path, warm: list[torch.Tensor]) -> tuple[str, dict]:
@@ -311,9 +308,10 @@ def part_adapt(args, policy, embedder, root: Path, warm: list[torch.Tensor]) -> 
     rows: dict = {}
     tips = "the model's note + the record line" if args.record_line else "the model's note alone, no record line"
     tips += f"; written by the {args.note_writer} note writer ({args.note_context} context)"
+    limit = args.adapt_step_limit or "each task's own"
     lines = [
         f"### OOD adaptation: frozen weights, self-written tips ({tips}), {args.adapt_trials} memory trials after a "
-        f"memory-free trial 0, group 8, step limit {limit_text(args.adapt_step_limit)}, seeds {args.seeds}",
+        f"memory-free trial 0, group 8, step limit {limit}, seeds {args.seeds}",
         "",
         "| task | " + " | ".join(f"trial {t}" for t in range(args.adapt_trials + 1)) + " |",
         "|---|" + "---|" * (args.adapt_trials + 1),
