@@ -29,6 +29,7 @@ import json
 import random
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -122,6 +123,63 @@ def teleport_path(env: ScienceWorldEnv, task: str, variation: int, actions: list
     return None
 
 
+NAMED_ROOM_TASKS = (
+    "Your task is to pick up the {obj}. Then, put it in the {color} box in the {room}.",
+    "Your task is to move the {obj} to the {color} box, which is in the {room}.",
+    "Your task is to take the {obj} to the {room} and place it in the {color} box there.",
+    "Your task is to find the {obj}. First, focus on it. Then, bring it to the {color} box in the {room}.",
+    "Your task is to collect the {obj}. The {color} box you must put it in is located in the {room}.",
+    "Your task is to focus on the {obj}, then carry it to the {room} and drop it in the {color} box.",
+    "Your task is to get the {obj} into the {color} box. That box stands in the {room}.",
+    "Your task is to find the {obj} and deliver it to the {room}, to the {color} box.",
+)
+"""Task texts of the named-room turns (`named_room_turns`). None is a held-out task's sentence ("… Then,
+move it to the red box in the bedroom." is find-*'s): the skill is reading a room from a task text, and
+whether it carries to the held-out sentence is what the dev probe measures."""
+BOX_COLOURS = ("red", "green", "blue", "orange", "yellow", "purple")
+NOT_PICKED = ("outside", "greenhouse")
+"""Rooms a named-room turn never picks its object in: their animals and plants are what the held-out
+find-* and lifespan tasks ask about, and this data teaches rooms, not which thing is alive."""
+
+
+def named_room_turns(env: ScienceWorldEnv, task: str, variation: int, rng: random.Random
+                     ) -> tuple[list[tuple[str, str, tuple[str, ...]]], int] | None:
+    """A conversation whose last turn teleports to the room its task text names, and the index of its
+    first trained turn.
+
+    The simulator's own states of `task`'s world, under a task text of `NAMED_ROOM_TASKS` that names an
+    object of the room the agent goes to first and a box in another room: "teleport to <room 1>",
+    "look around", then (trained) "focus on <object>", "pick up <object>", "teleport to <the named room>".
+    The focus is shown, not played (it would end the simulator's own task): its observation is the
+    simulator's wording, "You focus on the <object>.". None when the world offers no such object.
+    """
+    obs = env.reset(task, variation)
+    rooms = sorted(a.removeprefix("teleport to ") for a in obs.valid_actions if a.startswith("teleport to "))
+    first = rng.choice([r for r in rooms if r not in NOT_PICKED])
+    start = obs
+    seen = env.step(f"teleport to {first}").observation
+    looked = env.step("look around").observation
+    objects = [a.removeprefix("pick up ") for a in looked.valid_actions if a.startswith("pick up ")
+               and f"focus on {a.removeprefix('pick up ')}" in looked.valid_actions and "door" not in a]
+    if not objects:
+        return None
+    obj = rng.choice(objects)
+    named = rng.choice([r for r in rooms if r != first])
+    text = rng.choice(NAMED_ROOM_TASKS).format(obj=obj, color=rng.choice(BOX_COLOURS), room=named)
+    focused = replace(looked, text=f"You focus on the {obj}.")
+    picked = env.step(f"pick up {obj}")
+    if picked.done or f"teleport to {named}" not in picked.observation.valid_actions:
+        return None
+    first_message = prompts.first_user_message("scienceworld", replace(start, task_description=text), ())
+    turns = [(first_message, f"teleport to {first}", start.valid_actions),
+             (prompts.step_user_message(seen, "scienceworld"), "look around", seen.valid_actions),
+             (prompts.step_user_message(looked, "scienceworld"), f"focus on {obj}", looked.valid_actions),
+             (prompts.step_user_message(focused, "scienceworld"), f"pick up {obj}", looked.valid_actions),
+             (prompts.step_user_message(picked.observation, "scienceworld"), f"teleport to {named}",
+              picked.observation.valid_actions)]
+    return turns, 2
+
+
 def walk_turns(env: ScienceWorldEnv, task: str, variation: int, rng: random.Random, steps: int = 6
                ) -> list[tuple[str, str, tuple[str, ...]]]:
     """A note-free walk of `steps` random valid actions that are not "focus on …" (compact prompt)."""
@@ -147,10 +205,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tasks", nargs="+", default=list(DEFAULT_TASKS))
     ap.add_argument("--splits", nargs="+", choices=["train", "dev"], default=["train", "dev"])
     ap.add_argument("--variations", type=int, default=3, help="variations per task and split (the first N)")
-    ap.add_argument("--per-variation", type=int, default=1, help="note-following conversations per variation")
     ap.add_argument("--teleport-share", type=float, default=0.0,
                     help="share of the variations whose plan teleports between rooms (`teleport_path`) instead of walking")
     ap.add_argument("--whole-share", type=float, default=0.25, help="share of the notes shown whole at every step")
+    ap.add_argument("--named-room", type=int, default=0, metavar="N",
+                    help="named-room conversations per variation (`named_room_turns`), beside the note-following ones")
+    ap.add_argument("--follow", type=int, default=1, metavar="N",
+                    help="note-following conversations per variation (0: named-room turns and walks only)")
     ap.add_argument("--init", type=Path, default=DEFAULT_INIT, help="the adapter to fine-tune (its KL anchor)")
     ap.add_argument("--anchor-weight", type=float, default=1.0)
     ap.add_argument("--epochs", type=int, default=1)
@@ -166,9 +227,10 @@ def main(argv: list[str] | None = None) -> int:
         check_tasks(args.tasks)
     except ValueError as exc:
         ap.error(str(exc))
-    if args.variations < 1 or args.per_variation < 1 or args.epochs < 1 or args.batch < 1:
-        ap.error("--variations, --per-variation, --epochs and --batch must be ≥ 1, got "
-                 f"{args.variations}, {args.per_variation}, {args.epochs}, {args.batch}")
+    if args.variations < 1 or args.epochs < 1 or args.batch < 1:
+        ap.error(f"--variations, --epochs and --batch must be ≥ 1, got {args.variations}, {args.epochs}, {args.batch}")
+    if args.follow < 0 or args.named_room < 0 or args.follow + args.named_room == 0:
+        ap.error(f"--follow and --named-room must be ≥ 0 and not both 0, got {args.follow}, {args.named_room}")
     for name in ("whole_share", "teleport_share"):
         if not 0 <= getattr(args, name) <= 1:
             ap.error(f"--{name.replace('_', '-')} must be a share in [0, 1], got {getattr(args, name)}")
@@ -188,13 +250,21 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.time()
     env = ScienceWorldEnv()
     seen: dict[str, list[int]] = {}
-    follow, walks = [], []
-    teleported = 0
+    follow, walks = [], []  # follow: (turns, index of the first trained turn)
+    teleported = named = 0
     cached = json.loads(args.paths.read_text()) if args.paths and args.paths.is_file() else {}
     paths: dict[str, dict[str, list[str]]] = {}
     for task in args.tasks:
         for split in args.splits:
             for v in env.variations(task, split)[: args.variations]:
+                for _ in range(args.named_room):
+                    conv = named_room_turns(env, task, v, rng)
+                    named += conv is not None
+                    follow += [conv] if conv else []
+                seen.setdefault(task, []).append(v)
+                walks.append(walk_turns(env, task, v, rng))
+                if not args.follow:
+                    continue
                 if str(v) in cached.get(task, {}):
                     actions, score = cached[task][str(v)], 100.0
                 else:
@@ -203,19 +273,17 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"  skip {task} {v}: its mapped gold path reaches {score:.0f}", flush=True)
                     continue
                 paths.setdefault(task, {})[str(v)] = actions
-                seen.setdefault(task, []).append(v)
-                for _ in range(args.per_variation):
+                for _ in range(args.follow):
                     whole = rng.random() < args.whole_share
                     plan = actions
                     if rng.random() < args.teleport_share:
                         plan = teleport_path(env, task, v, actions) or actions
                         teleported += plan is not actions
                     note = prompts.plan_note(plan, rng.choice(PLAN_OPENINGS))
-                    follow.append(gold_turns(env, task, v, plan, note, cut=not whole))
-                walks.append(walk_turns(env, task, v, rng))
+                    follow.append((gold_turns(env, task, v, plan, note, cut=not whole), 0))
         print(f"{task}: {len(seen.get(task, []))} variations [{time.time() - t0:.0f} s]", flush=True)
     env.close()
-    if args.paths and not cached:
+    if args.paths and not cached and args.follow:
         args.paths.write_text(json.dumps(paths, indent=1))
 
     policy = load_policy(PolicyConfig(quantization="none", warm_start="none", lora_layers=12))
@@ -236,9 +304,9 @@ def main(argv: list[str] | None = None) -> int:
         rng.shuffle(order)
         steps = -(-len(order) // args.batch)
         for step in range(steps):
-            batch = [as_turns(follow[i]) for i in order[step * args.batch : (step + 1) * args.batch]]
-            logps = policy.score(batch)
-            picked = [lp.sum() for conv in logps for lp in conv]
+            chosen = [follow[i] for i in order[step * args.batch : (step + 1) * args.batch]]
+            logps = policy.score([as_turns(turns) for turns, _ in chosen])
+            picked = [lp.sum() for conv, (_, first) in zip(logps, chosen) for lp in conv[first:]]
             nll = -torch.stack(picked).mean()
             kls = []
             for c in range(step, len(anchor_convs), steps):  # every walk once per epoch, spread over the batches
@@ -265,13 +333,15 @@ def main(argv: list[str] | None = None) -> int:
         "trained_on": "ScienceWorld train/dev variations of the tasks below (never a held-out task): the "
         "mapped gold path played with its plan pinned as a note (likelihood, constrained decoding, compact "
         "prompt; a share of the plans, teleport_share, rewritten to teleport between rooms), and note-free random "
-        "walks held to the --init adapter (KL)",
+        "walks held to the --init adapter (KL)"
+        + ("; named-room turns: these tasks' own states under task texts of NAMED_ROOM_TASKS that name a room, "
+           "trained to teleport there (likelihood of the focus, pick-up and teleport turns)" if named else ""),
         "envs": list(dict.fromkeys(["scienceworld"] + init_record(args.init).get("envs", []))),
         "tasks": {t: vs for t, vs in seen.items() if not t.startswith("trap-")}, "seen": seen,
         "lineage": lineage(f"{args.out.name}: ScienceWorld variations {own}", args.init),
         "splits": args.splits, "prompt_style": prompts.prompt_style("scienceworld"),
         "init": str(args.init.resolve().relative_to(ROOT)) if args.init.resolve().is_relative_to(ROOT) else str(args.init),
-        "variations": args.variations, "per_variation": args.per_variation, "whole_share": args.whole_share,
+        "variations": args.variations, "follow": args.follow, "named_room": args.named_room, "named": named, "whole_share": args.whole_share,
         "teleport_share": args.teleport_share, "teleported": teleported,
         "anchor_weight": args.anchor_weight, "epochs": args.epochs, "batch": args.batch, "lr": args.lr,
         "seed": args.seed, "conversations": len(follow), "walks": len(anchor_convs),
