@@ -123,6 +123,27 @@ def check_unseen_task(cfg: RunConfig, task: str) -> None:
         env.close()
 
 
+def check_task_filter(task: str | None, env: EnvConfig) -> None:
+    """Raise UsageError unless `task` is None or a task of `env` (`tips list/export --task`): a misspelt
+    filter would otherwise list or write nothing and exit 0. The catalogue only, no JVM."""
+    if task is None:
+        return
+    from empo2_studio.envs import make_env
+
+    names = make_env(env).task_names()  # lazily started: closing it stops nothing
+    if task not in names:
+        raise UsageError(f"--task {task!r} is not a {env.name} task; valid tasks: {', '.join(names)}")
+
+
+def check_out_file(path: Path) -> None:
+    """Raise UsageError unless `path` can be written as a new or replaced file: its folder exists and it
+    is not itself a folder (`tips export --out`), before anything is read."""
+    if path.is_dir():
+        raise UsageError(f"--out {str(path)!r} is a folder; give a file path such as {str(path / 'tips.jsonl')!r}")
+    if not path.parent.is_dir():
+        raise UsageError(f"--out {str(path)!r}: its folder {str(path.parent)!r} does not exist")
+
+
 def discard_new_session(session: Session) -> None:
     """Remove a session this command just created, if nothing but its config was written to it."""
     if session.latest_checkpoint() is None and not session.metrics() and not session.episodes():

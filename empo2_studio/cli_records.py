@@ -8,7 +8,9 @@ import sys
 from dataclasses import asdict
 from typing import Any
 
-from empo2_studio.cli_checks import OK, UsageError, check_tip_file, open_session, session_root
+from empo2_studio.cli_checks import (
+    OK, UsageError, check_out_file, check_task_filter, check_tip_file, open_session, session_root,
+)
 from empo2_studio.cli_commands import SessionsCmd, TipsCmd, TipsExport, TipsImport, TipsList
 from empo2_studio.sessions import list_sessions
 
@@ -23,7 +25,11 @@ def run_tips(cmd: TipsCmd) -> int:
         for flag, value, least in (("--limit", a.limit, 1), ("--variation", a.variation, 0)):
             if value is not None and (isinstance(value, bool) or value < least):
                 raise UsageError(f"{flag} must be ≥ {least}, got {value}")
+    if isinstance(a, TipsExport):
+        check_out_file(a.out)
     session = open_session(a.session, a.sessions_dir)
+    if isinstance(a, (TipsList, TipsExport)):
+        check_task_filter(a.task, session.config.env)
     structured = session.config.memory.structure != "flat"
     where = session.tips_path.with_name(f"{session.tips_path.stem}-structured{session.tips_path.suffix}") if structured else session.tips_path
     if isinstance(a, (TipsList, TipsExport)) and not where.exists():  # where open_tip_store keeps them

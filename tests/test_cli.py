@@ -222,6 +222,15 @@ def test_tips_list_export_import_reembed(sessions, tmp_path, capsys):
     assert main(["tips", "list", "--session", "run-a", "--variation", "1"]) == 0
     out = capsys.readouterr().out
     assert "the bulb needs power" in out and "hall" not in out and "trap-light-bulb#1" in out
+    # a misspelt --task filter or an --out that cannot be written is a usage error, not "0 tips" (exit 2)
+    assert main(["tips", "list", "--session", "run-a", "--task", "nope"]) == 2
+    assert "--task 'nope' is not a trap task; valid tasks: trap-light-bulb, trap-find-animal" in capsys.readouterr().err
+    assert main(["tips", "export", "--session", "run-a", "--task", "nope", "--out", str(tmp_path / "t.jsonl")]) == 2
+    assert main(["tips", "export", "--session", "run-a", "--out", str(tmp_path / "missing" / "t.jsonl")]) == 2
+    assert f"its folder {str(tmp_path / 'missing')!r} does not exist" in capsys.readouterr().err
+    assert main(["tips", "export", "--session", "run-a", "--out", str(tmp_path)]) == 2
+    assert "is a folder; give a file path" in capsys.readouterr().err
+    assert not (tmp_path / "t.jsonl").exists() and not (tmp_path / "missing").exists()
     dump = tmp_path / "tips.jsonl"
     assert main(["tips", "export", "--session", "run-a", "--out", str(dump)]) == 0
     assert len(dump.read_text().splitlines()) == 2
