@@ -13,6 +13,10 @@ almost never played to its end. This adapter is that adapter fine-tuned on Scien
 2. note-free walks of random valid actions on the same variations (no "focus on": that ends most
    tasks), held to the `--init` adapter's distribution by a KL term, so that what the agent does
    without a note stays what it was.
+3. named-room turns (`--named-room N`, `named_room_turns`): the same tasks' worlds under a task text
+   that names a box's room; an object is picked up elsewhere and the turn after it teleports to the
+   named room. No held-out sentence is among the texts: whether reading a room carries to find-*'s is
+   what the dev probe asks (docs/notebook/2026-12-07-named-room-warm-start.md).
 
 Only the train and dev variations of tasks outside `HELD_OUT_TASKS` are read: the held-out tasks are
 the test bed of the Lesson, the race and adaptation, and a task named there is refused by name. The
@@ -132,6 +136,22 @@ NAMED_ROOM_TASKS = (
     "Your task is to focus on the {obj}, then carry it to the {room} and drop it in the {color} box.",
     "Your task is to get the {obj} into the {color} box. That box stands in the {room}.",
     "Your task is to find the {obj} and deliver it to the {room}, to the {color} box.",
+    "Your task is to move the {obj} to the {color} box in the {room}.",
+    "Your task is to put the {obj} into the {color} box in the {room}.",
+    "Your task is to place the {obj} in the {color} box in the {room}.",
+    "Your task is to carry the {obj} to the {color} box in the {room}.",
+    "Your task is to pick up the {obj}. Then, take it to the {color} box in the {room}.",
+    "Your task is to locate the {obj}. Then, drop it into the {color} box in the {room}.",
+    "Your task is to focus on the {obj}. Then, transfer it to the {color} box in the {room}.",
+    "Your task is to get the {obj}. After that, move the {obj} to the {color} box in the {room}.",
+    "Your task is to find the {obj}. Once you have it, go to the {room} and put it in the {color} box.",
+    "Your task is to bring the {obj} to the {room}. Put it in the {color} box there.",
+    "Your task is to pick up the {obj} and deliver it to the {color} box in the {room}.",
+    "Your task is to store the {obj} in the {color} box in the {room}.",
+    "Your task is to fetch the {obj}. The {color} box is in the {room}; put the {obj} in it.",
+    "Your task is to find the {obj}. First, focus on it. Then, place it in the {color} box in the {room}.",
+    "Your task is to focus on the {obj}. Next, put it in the {color} box. The {color} box is in the {room}.",
+    "Your task is to collect the {obj}, then move it into the {color} box located in the {room}.",
 )
 """Task texts of the named-room turns (`named_room_turns`). None is a held-out task's sentence ("… Then,
 move it to the red box in the bedroom." is find-*'s): the skill is reading a room from a task text, and
