@@ -128,35 +128,34 @@ def teleport_path(env: ScienceWorldEnv, task: str, variation: int, actions: list
 
 
 NAMED_ROOM_TASKS = (
-    "Your task is to pick up the {obj}. Then, put it in the {color} box in the {room}.",
-    "Your task is to move the {obj} to the {color} box, which is in the {room}.",
-    "Your task is to take the {obj} to the {room} and place it in the {color} box there.",
-    "Your task is to find the {obj}. First, focus on it. Then, bring it to the {color} box in the {room}.",
-    "Your task is to collect the {obj}. The {color} box you must put it in is located in the {room}.",
-    "Your task is to focus on the {obj}, then carry it to the {room} and drop it in the {color} box.",
-    "Your task is to get the {obj} into the {color} box. That box stands in the {room}.",
-    "Your task is to find the {obj} and deliver it to the {room}, to the {color} box.",
-    "Your task is to move the {obj} to the {color} box in the {room}.",
-    "Your task is to put the {obj} into the {color} box in the {room}.",
-    "Your task is to place the {obj} in the {color} box in the {room}.",
-    "Your task is to carry the {obj} to the {color} box in the {room}.",
-    "Your task is to pick up the {obj}. Then, take it to the {color} box in the {room}.",
-    "Your task is to locate the {obj}. Then, drop it into the {color} box in the {room}.",
-    "Your task is to focus on the {obj}. Then, transfer it to the {color} box in the {room}.",
-    "Your task is to get the {obj}. After that, move the {obj} to the {color} box in the {room}.",
-    "Your task is to find the {obj}. Once you have it, go to the {room} and put it in the {color} box.",
-    "Your task is to bring the {obj} to the {room}. Put it in the {color} box there.",
-    "Your task is to pick up the {obj} and deliver it to the {color} box in the {room}.",
-    "Your task is to store the {obj} in the {color} box in the {room}.",
-    "Your task is to fetch the {obj}. The {color} box is in the {room}; put the {obj} in it.",
-    "Your task is to find the {obj}. First, focus on it. Then, place it in the {color} box in the {room}.",
-    "Your task is to focus on the {obj}. Next, put it in the {color} box. The {color} box is in the {room}.",
-    "Your task is to collect the {obj}, then move it into the {color} box located in the {room}.",
+    "Your task is to pick up the {obj}. Then, put it in the {box} in the {room}.",
+    "Your task is to move the {obj} to the {box}, which is in the {room}.",
+    "Your task is to take the {obj} to the {room} and place it in the {box} there.",
+    "Your task is to find the {obj}. First, focus on it. Then, bring it to the {box} in the {room}.",
+    "Your task is to collect the {obj}. The {box} you must put it in is located in the {room}.",
+    "Your task is to focus on the {obj}, then carry it to the {room} and drop it in the {box}.",
+    "Your task is to get the {obj} into the {box}. That box stands in the {room}.",
+    "Your task is to find the {obj} and deliver it to the {room}, to the {box}.",
+    "Your task is to move the {obj} to the {box} in the {room}.",
+    "Your task is to put the {obj} into the {box} in the {room}.",
+    "Your task is to place the {obj} in the {box} in the {room}.",
+    "Your task is to carry the {obj} to the {box} in the {room}.",
+    "Your task is to pick up the {obj}. Then, take it to the {box} in the {room}.",
+    "Your task is to locate the {obj}. Then, drop it into the {box} in the {room}.",
+    "Your task is to focus on the {obj}. Then, transfer it to the {box} in the {room}.",
+    "Your task is to get the {obj}. After that, move the {obj} to the {box} in the {room}.",
+    "Your task is to find the {obj}. Once you have it, go to the {room} and put it in the {box}.",
+    "Your task is to bring the {obj} to the {room}. Put it in the {box} there.",
+    "Your task is to pick up the {obj} and deliver it to the {box} in the {room}.",
+    "Your task is to store the {obj} in the {box} in the {room}.",
+    "Your task is to fetch the {obj}. The {box} is in the {room}; put the {obj} in it.",
+    "Your task is to find the {obj}. First, focus on it. Then, place it in the {box} in the {room}.",
+    "Your task is to focus on the {obj}. Next, put it in the {box}. The {box} is in the {room}.",
+    "Your task is to collect the {obj}, then move it into the {box} located in the {room}.",
 )
 """Task texts of the named-room turns (`named_room_turns`). None is a held-out task's sentence ("… Then,
 move it to the red box in the bedroom." is find-*'s): the skill is reading a room from a task text, and
 whether it carries to the held-out sentence is what the dev probe measures."""
-BOX_COLOURS = ("red", "green", "blue", "orange", "yellow", "purple")
 NOT_PICKED = ("outside", "greenhouse")
 """Rooms a named-room turn never picks its object in: their animals and plants are what the held-out
 find-* and lifespan tasks ask about, and this data teaches rooms, not which thing is alive."""
@@ -164,14 +163,17 @@ find-* and lifespan tasks ask about, and this data teaches rooms, not which thin
 
 def named_room_turns(env: ScienceWorldEnv, task: str, variation: int, rng: random.Random
                      ) -> tuple[list[tuple[str, str, tuple[str, ...]]], int] | None:
-    """A conversation whose last turn teleports to the room its task text names, and the index of its
-    first trained turn.
+    """A conversation that takes an object to the container and room its task text names, and the
+    index of its first trained turn.
 
     The simulator's own states of `task`'s world, under a task text of `NAMED_ROOM_TASKS` that names an
-    object of the room the agent goes to first and a box in another room: "teleport to <room 1>",
-    "look around", then (trained) "focus on <object>", "pick up <object>", "teleport to <the named room>".
-    The focus is shown, not played (it would end the simulator's own task): its observation is the
-    simulator's wording, "You focus on the <object>.". None when the world offers no such object.
+    object of the room the agent goes to first and a container of another room: "teleport to <room 1>",
+    "look around", then (trained) "focus on <object>", "pick up <object>", "teleport to <the named
+    room>", "move <object> to <the named container>". The focus is shown, not played (it would end the
+    simulator's own task): its observation is the simulator's wording, "You focus on the <object>.".
+    The move is trained too, or the agent learns to write the task's room after every "to" ("move dove
+    to kitchen" instead of "… to red box": the first adapters, docs/notebook/2026-12-07-named-room-warm-start.md).
+    None when the world offers no such object or container.
     """
     obs = env.reset(task, variation)
     rooms = sorted(a.removeprefix("teleport to ") for a in obs.valid_actions if a.startswith("teleport to "))
@@ -185,18 +187,24 @@ def named_room_turns(env: ScienceWorldEnv, task: str, variation: int, rng: rando
         return None
     obj = rng.choice(objects)
     named = rng.choice([r for r in rooms if r != first])
-    text = rng.choice(NAMED_ROOM_TASKS).format(obj=obj, color=rng.choice(BOX_COLOURS), room=named)
     focused = replace(looked, text=f"You focus on the {obj}.")
-    picked = env.step(f"pick up {obj}")
-    if picked.done or f"teleport to {named}" not in picked.observation.valid_actions:
+    picked = env.step(f"pick up {obj}").observation
+    if f"teleport to {named}" not in picked.valid_actions:
         return None
+    arrived = env.step(f"teleport to {named}").observation
+    move = f"move {obj} to "
+    boxes = [a.removeprefix(move) for a in arrived.valid_actions if a.startswith(move)]
+    boxes = [b for b in boxes if b not in rooms and b not in (obj, "agent", "inventory", "air") and "door" not in b]
+    if not boxes:
+        return None
+    box = rng.choice(boxes)
+    text = rng.choice(NAMED_ROOM_TASKS).format(obj=obj, box=box, room=named)
     first_message = prompts.first_user_message("scienceworld", replace(start, task_description=text), ())
-    turns = [(first_message, f"teleport to {first}", start.valid_actions),
-             (prompts.step_user_message(seen, "scienceworld"), "look around", seen.valid_actions),
-             (prompts.step_user_message(looked, "scienceworld"), f"focus on {obj}", looked.valid_actions),
-             (prompts.step_user_message(focused, "scienceworld"), f"pick up {obj}", looked.valid_actions),
-             (prompts.step_user_message(picked.observation, "scienceworld"), f"teleport to {named}",
-              picked.observation.valid_actions)]
+    states = [(start, f"teleport to {first}"), (seen, "look around"), (looked, f"focus on {obj}"),
+              (focused, f"pick up {obj}"), (picked, f"teleport to {named}"), (arrived, move + box)]
+    turns = [(first_message if k == 0 else prompts.step_user_message(state, "scienceworld"), action,
+              looked.valid_actions if state is focused else state.valid_actions)
+             for k, (state, action) in enumerate(states)]
     return turns, 2
 
 

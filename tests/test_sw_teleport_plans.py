@@ -33,14 +33,14 @@ def test_no_named_room_task_text_is_the_held_out_find_sentence():
     """The named-room turns teach reading a room from a task text; none of their texts may be the held-out
     find-* tasks' own sentence ("… Then, move it to the red box in the bedroom."), or the dev probe would
     measure a copied sentence, not a skill."""
-    from make_sw_warmstart import BOX_COLOURS, NAMED_ROOM_TASKS
+    from make_sw_warmstart import NAMED_ROOM_TASKS
 
     from empo2_studio.lesson.scienceworld import _BOX
 
     held_out = "Your task is to find a(n) animal. First, focus on the thing. Then, move it to the red box in the bedroom."
     assert _BOX.search(held_out)["room"] == "bedroom"  # the pattern does catch the held-out sentence
     for template in NAMED_ROOM_TASKS:
-        text = template.format(obj="drawer", color=BOX_COLOURS[0], room="bedroom")
+        text = template.format(obj="drawer", box="red box", room="bedroom")
         assert _BOX.search(text) is None, text
         assert "bedroom" in text and "drawer" in text
 
@@ -59,12 +59,14 @@ def test_a_named_room_conversation_ends_by_teleporting_to_the_room_its_task_name
     assert any(made)
     for turns, first_trained in filter(None, made):
         actions = [a for _, a, _ in turns]
-        assert first_trained == 2 and len(actions) == 5
+        assert first_trained == 2 and len(actions) == 6
         first_room, obj = actions[0].removeprefix("teleport to "), actions[2].removeprefix("focus on ")
         assert actions[1] == "look around" and actions[3] == f"pick up {obj}" and first_room not in NOT_PICKED
         named = actions[4].removeprefix("teleport to ")
+        box = actions[5].removeprefix(f"move {obj} to ")
         task_line = turns[0][0].split("\n", 1)[0]
         assert named != first_room and f"the {named}" in task_line and obj in task_line
+        assert f"the {box}" in task_line.lower() and box != named and turns[5][0].startswith(f"Observation: You teleport to the {named}.")
         # the simulator's own states: every trained action is one of its step's valid actions
         assert all(a in valid for _, a, valid in turns)
         assert turns[3][0].startswith(f"Observation: You focus on the {obj}.")
