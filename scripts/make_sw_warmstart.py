@@ -13,9 +13,9 @@ almost never played to its end. This adapter is that adapter fine-tuned on Scien
 2. note-free walks of random valid actions on the same variations (no "focus on": that ends most
    tasks), held to the `--init` adapter's distribution by a KL term, so that what the agent does
    without a note stays what it was.
-3. named-room turns (`--named-room N`, `named_room_turns`): the same tasks' worlds under a task text
-   that names a box's room; an object is picked up elsewhere and the turn after it teleports to the
-   named room. No held-out sentence is among the texts: whether reading a room carries to find-*'s is
+3. named-room conversations (`--named-room N`, `named_room_turns`): the same tasks' worlds under a task
+   text that names a container and its room; an object is picked up elsewhere, taken to the named room
+   and moved into the named container. No held-out sentence is among the texts: whether reading a room carries to find-*'s is
    what the dev probe asks (docs/notebook/2026-12-07-named-room-warm-start.md).
 
 Only the train and dev variations of tasks outside `HELD_OUT_TASKS` are read: the held-out tasks are
@@ -358,12 +358,7 @@ def main(argv: list[str] | None = None) -> int:
     seen = merged_seen(own, args.init)  # what the init chain saw, this one saw too
     meta = {
         "base_model": EMBEDDED_MODEL,
-        "trained_on": "ScienceWorld train/dev variations of the tasks below (never a held-out task): the "
-        "mapped gold path played with its plan pinned as a note (likelihood, constrained decoding, compact "
-        "prompt; a share of the plans, teleport_share, rewritten to teleport between rooms), and note-free random "
-        "walks held to the --init adapter (KL)"
-        + ("; named-room turns: these tasks' own states under task texts of NAMED_ROOM_TASKS that name a room, "
-           "trained to teleport there (likelihood of the focus, pick-up and teleport turns)" if named else ""),
+        "trained_on": trained_on(len(follow) - named, named),
         "envs": list(dict.fromkeys(["scienceworld"] + init_record(args.init).get("envs", []))),
         "tasks": {t: vs for t, vs in seen.items() if not t.startswith("trap-")}, "seen": seen,
         "lineage": lineage(f"{args.out.name}: ScienceWorld variations {own}", args.init),
@@ -381,10 +376,23 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def trained_on(followed: int, named: int) -> str:
+    """What `warmstart.json` and the card say the adapter trained on: only the kinds of data it had."""
+    parts = ["note-free random walks held to the --init adapter (KL)"]
+    if followed:
+        parts.insert(0, "the mapped gold path played with its plan pinned as a note (likelihood, constrained decoding, "
+                        "compact prompt; a share of the plans, teleport_share, rewritten to teleport between rooms)")
+    if named:
+        parts.append("named-room conversations: these tasks' own states under task texts of NAMED_ROOM_TASKS that "
+                     "name a container and its room, the object taken there (likelihood of the focus, pick-up, "
+                     "teleport and move turns)")
+    return "ScienceWorld train/dev variations of the tasks below (never a held-out task): " + "; ".join(parts)
+
+
 CARD = """# ScienceWorld warm-start LoRA adapter for {base_model}
 
 Built by `scripts/make_sw_warmstart.py` (seed {seed}, {epochs} epoch(s), lr {lr}, fine-tuned from {init},
-{conversations} note-following conversations and {walks} note-free walks on {n_tasks} tasks, {seconds} s on
+{conversations} conversations ({named} of them named-room ones) and {walks} note-free walks on {n_tasks} tasks, {seconds} s on
 this machine's CPU). Trained on: {trained_on}. Every task and variation it saw is listed in `warmstart.json`
 ("tasks"); none of ScienceWorld's held-out tasks (`envs.scienceworld.HELD_OUT_TASKS`) is among them.
 """
