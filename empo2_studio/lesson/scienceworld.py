@@ -32,9 +32,11 @@ differ (0–29 blue jay, butterfly, dove; 30–59 baby wolf, crocodile, turtle; 
 turtle; 90–119 blue jay, giant tortoise, parrot eggs). The objects outside that are not animals are the
 same in every variation, so tips naming many animals teach which names are not. Naive success on dev
 variations 150–159 after the lesson: 0.35 and 0.40 (seeds 0, 1), against 0.05 for variations 0, 1 × 8
-episodes and 0.15 for eight variations of one block. On test 225–234 0.00: the distilled agent finds
-the animal but takes it to the kitchen, where every one of these variations keeps its box
-(docs/notebook/2026-12-06-sw-lesson-variety.md)."""
+episodes and 0.15 for eight variations of one block (docs/notebook/2026-12-06-sw-lesson-variety.md).
+Every one of them keeps its box in the kitchen: from the adapter before the named-room warm start the
+distilled agent took the animal there on every test variation (0.00); from the named-room one it reads
+the box's room from the task, and test 225–234 went 0.00 → 1.00 / 0.80 / 0.50 (seeds 0–2,
+docs/benchmarks/sw_lesson.md)."""
 LESSON_EPISODES = 2
 """Episodes per variation and playing stage: eight variations × 2 = the 16 memory episodes two
 variations × 8 gave, so the lesson's time stays about the same."""
