@@ -269,7 +269,11 @@ def build_race_tab(studio: Studio, run_id: gr.State) -> dict[str, Any]:
     panel.on_poll(partial(poll_race, studio), [chart, table, verdict])
     panel.on_stop(stop, studio.jobs)
     for box in (iterations, group, limit, target, every, seeds, repeats):
-        box.change(partial(race_expected, studio), form, expected, show_progress="hidden")
+        # One queue for all seven: each change's line is computed from the form as it was sent, so they
+        # must finish in the order they were sent, or a page load's late estimate overwrites the line for
+        # the value typed after it (a loaded machine: a typed -1 said nothing in 240 s).
+        box.change(partial(race_expected, studio), form, expected, show_progress="hidden",
+                   concurrency_limit=1, concurrency_id="rc-expected")
 
     def preset(name: str, rid: str, picked: str) -> list[Any]:
         """A preset's values into the form, the step limit the target's own (so a preset also undoes a
