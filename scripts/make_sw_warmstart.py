@@ -22,7 +22,9 @@ Only the train and dev variations of tasks outside `HELD_OUT_TASKS` are read: th
 the test bed of the Lesson, the race and adaptation, and a task named there is refused by name. The
 adapter's `warmstart.json` lists every task and variation it saw (a test fails on a held-out one).
 
-    .venv/bin/python scripts/make_sw_warmstart.py --paths /tmp/sw_paths.json   # the shipped adapter (~55 min on a loaded 2-core CPU)
+    .venv/bin/python scripts/make_sw_warmstart.py --paths /tmp/sw_paths.json   # the second adapter (~55 min on a loaded 2-core CPU)
+    .venv/bin/python scripts/make_sw_warmstart.py --follow 0 --named-room 4 --variations 8 --init <the second> \
+        --out <dir>                        # the shipped one: the second, fine-tuned on named-room conversations (~18 min)
     .venv/bin/python scripts/make_sw_warmstart.py --tasks power-component --variations 2 --out /tmp/sw   # a quick try
 """
 
