@@ -34,8 +34,8 @@ START = (
     "curated tips rescue it, distillation makes it succeed without them. **Episodes** plays one naive and "
     "one memory episode of the open session side by side; **Tips**, **Train**, **Race**, **Adapt** and "
     "**Sessions** go further. ScienceWorld is one click away (right); the embedded 135M model rarely "
-    "scores there on its own, follows a tip that lists the steps, and after the Lesson on find-animal "
-    "wins on test variations it never saw (the Episodes tab says what it plays)."
+    "scores there on its own; on find-animal it follows the Lesson's tip, and after the Lesson it wins "
+    "on test variations it never saw (the Episodes tab says what it plays)."
 )
 
 
