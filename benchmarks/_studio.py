@@ -15,7 +15,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -106,6 +106,19 @@ def served_studio(threads: int | None) -> Iterator[tuple[str, subprocess.Popen, 
             finally:
                 server.terminate()
                 server.wait(timeout=60)
+
+
+def played_in_studio(threads: int | None, play: Callable[[str], dict], key: str,
+                     read_sessions: Callable[[Path], dict]) -> dict:
+    """`play(url)`'s record of a job played in a served studio's page (`served_studio`), with the
+    studio process's CPU seconds over it ("studio_cpu_s") and, under `key`, `read_sessions` of the
+    sessions folder the job wrote (read before the folder is removed)."""
+    with served_studio(threads) as (url, server, sessions):
+        studio0 = cpu_seconds(server.pid)
+        record = play(url)
+        record["studio_cpu_s"] = round(cpu_seconds(server.pid) - studio0, 1)
+        record[key] = read_sessions(sessions)
+    return record
 
 
 @contextlib.contextmanager

@@ -21,8 +21,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _results import add_result_option, write_result  # noqa: E402
-from _studio import (ROOT, add_studio_options, check_studio_options, chromium_cpu, cpu_seconds, follow,  # noqa: E402
-                     opened_page, served_studio)
+from _studio import (ROOT, add_studio_options, check_studio_options, chromium_cpu, follow, opened_page,  # noqa: E402
+                     played_in_studio)
 
 PHASES = {"1 · naive": r"1 · naive", "3 · with tips": r"3 · with tips", "4 · distill": r"4 · distill",
           "5 · naive after distillation": r"5 · naive after"}  # fmt: skip
@@ -65,11 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     check_studio_options(ap, args)
     started = time.perf_counter()
-    with served_studio(args.threads) as (url, server, sessions):
-        studio0 = cpu_seconds(server.pid)
-        lesson = lesson_in_the_page(url, args.timeout)
-        lesson["studio_cpu_s"] = round(cpu_seconds(server.pid) - studio0, 1)
-        lesson["stages"] = stage_rows(sessions)
+    lesson = played_in_studio(args.threads, lambda url: lesson_in_the_page(url, args.timeout), "stages", stage_rows)
     print(f"expected: {lesson['expected']}")
     print(f"▶ Play → closing line: {lesson['wall_s']:.0f} s ({lesson['wall_s'] / 60:.1f} min); first progress after "
           f"{lesson['first_progress_s']} s; stages began at {lesson['phases_s']}")  # fmt: skip

@@ -29,8 +29,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _results import add_result_option, write_result  # noqa: E402
-from _studio import (ROOT, add_studio_options, check_studio_options, chromium_cpu, cpu_seconds, follow,  # noqa: E402
-                     opened_page, served_studio)
+from _studio import (ROOT, add_studio_options, check_studio_options, chromium_cpu, follow, opened_page,  # noqa: E402
+                     played_in_studio)
 
 PARTS = ("sampling", "env", "memory", "scoring", "backward")
 """The `time/<part>` keys of a training row summed per arm (the evaluation rows' `time/eval` apart)."""
@@ -90,11 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.iterations is not None and args.iterations < 1:
         ap.error(f"--iterations must be ≥ 1, got {args.iterations}")
     started = time.perf_counter()
-    with served_studio(args.threads) as (url, server, sessions):
-        studio0 = cpu_seconds(server.pid)
-        race = race_in_the_page(url, args.preset, args.timeout, args.iterations)
-        race["studio_cpu_s"] = round(cpu_seconds(server.pid) - studio0, 1)
-        race["arms"] = arm_seconds(sessions)
+    race = played_in_studio(args.threads, lambda url: race_in_the_page(url, args.preset, args.timeout, args.iterations),
+                            "arms", arm_seconds)
     print(f"form {race['form']}; expected: {race['expected']}")
     print(f"▶ Start → closing line: {race['wall_s']:.0f} s ({race['wall_s'] / 60:.1f} min); first progress after "
           f"{race['first_progress_s']} s; phases {race['phases_s']}")  # fmt: skip

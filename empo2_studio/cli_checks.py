@@ -130,7 +130,9 @@ def check_task_filter(task: str | None, env: EnvConfig) -> None:
         return
     from empo2_studio.envs import make_env
 
-    names = make_env(env).task_names()  # lazily started: closing it stops nothing
+    made = make_env(env)
+    names = made.task_names()
+    made.close()  # the catalogue only: no JVM was started
     if task not in names:
         raise UsageError(f"--task {task!r} is not a {env.name} task; valid tasks: {', '.join(names)}")
 
