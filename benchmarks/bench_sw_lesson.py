@@ -13,7 +13,9 @@ actions along its plan (token-level, as sampled), for the pre-filled tip and eac
 with no note. Part "speed" times one training iteration per update mode (group 8, step limit 10) with
 its time split (issue 47, bar 5). Part "wrong" plays memory episodes with a tip that names the wrong
 place (bad input: followed or ignored?). Part "eval" scores distilled checkpoints of earlier lesson runs
-on a split (a lesson chosen on dev, scored once on test with the checkpoints it was chosen by).
+on a split (a lesson chosen on dev, scored once on test with the checkpoints it was chosen by). Part
+"room" asks, with no note, whether the agent takes the animal to the room the task text names
+(`_sw_room`, dev variations in five box rooms).
 
     .venv/bin/python benchmarks/bench_sw_lesson.py --parts tips
     .venv/bin/python benchmarks/bench_sw_lesson.py --parts lesson --seeds 0 1 2 --result sw-lesson
@@ -51,6 +53,7 @@ from empo2_studio.trainer import Trainer  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _results import add_result_option, write_result  # noqa: E402
+from _sw_room import part_room  # noqa: E402
 from bench_lesson import restore_weights  # noqa: E402
 from bench_scienceworld import path_turns  # noqa: E402
 
@@ -289,7 +292,7 @@ def part_wrong(args, policy, env, root: Path, warm: list[torch.Tensor]) -> tuple
     return lines, {"episodes": n, **rates}
 
 
-PARTS = ("tips", "lesson", "speed", "wrong", "eval")
+PARTS = ("tips", "lesson", "speed", "wrong", "eval", "room")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -346,6 +349,8 @@ def main(argv: list[str] | None = None) -> int:
             t = time.perf_counter()
             if part == "tips":
                 lines, results[part] = part_tips(args, policy, env)
+            elif part == "room":
+                lines, results[part] = part_room(args, policy, env, path_turns)
             else:
                 run = {"lesson": part_lesson, "speed": part_speed, "wrong": part_wrong, "eval": part_eval}[part]
                 lines, results[part] = run(args, policy, env, root, warm)

@@ -34,3 +34,23 @@ def test_the_default_lesson_is_the_lesson_tabs():
     d = lesson_defaults("find-animal")
     assert d.variations == bench.LESSON_VARIATIONS == (0, 1, 30, 31, 60, 61, 90, 91)
     assert d.episodes == bench.LESSON_EPISODES == 2
+
+
+def test_part_room_is_offered():
+    import bench_sw_lesson as bench
+
+    assert "room" in bench.PARTS
+
+
+@pytest.mark.scienceworld
+def test_the_room_probes_variations_keep_their_boxes_in_five_rooms():
+    from _sw_room import ROOM_VARIATIONS, TELEPORT, TELEPORT_STEP
+
+    from empo2_studio.envs.scienceworld import ScienceWorldEnv
+    from empo2_studio.lesson.scienceworld import LESSON_STEP_LIMIT, TIP_OPENING, curated_tip
+
+    with ScienceWorldEnv(step_limit=LESSON_STEP_LIMIT) as env:
+        plans = [curated_tip("find-animal", v, env)[len(TIP_OPENING):].split(", then ") for v in ROOM_VARIATIONS]
+    rooms = [p[TELEPORT_STEP].removeprefix(TELEPORT) for p in plans]
+    assert rooms == ["kitchen", "bathroom", "living room", "bedroom", "workshop"]  # the morning page's table
+    assert all(p[0] == "teleport to outside" and p[3].startswith("pick up ") for p in plans)
