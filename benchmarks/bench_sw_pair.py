@@ -37,7 +37,7 @@ from empo2_studio.config import EnvConfig, RunConfig  # noqa: E402
 from empo2_studio.envs.scienceworld import ScienceWorldEnv  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _results import add_result_option, write_result  # noqa: E402
+from _results import ROOT, add_result_option, write_result  # noqa: E402
 
 TASK = "find-animal"
 
@@ -111,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             run_id = studio.default_run_id
             warm = studio.session(run_id).config.policy.warm_start
+            warm = str(Path(warm).resolve().relative_to(ROOT)) if Path(warm).resolve().is_relative_to(ROOT) else warm
             rows = []
             for v in args.variations:
                 for seed in args.seeds:
