@@ -549,11 +549,15 @@ def test_adapt_keeps_weights_and_draws_trials(studio):
     assert job.data["checksum_before"] == job.data["checksum_after"] and "untouched" in md
 
 
-def test_sessions_list_compare_and_export(studio):
+def test_sessions_list_compare_and_export(studio, monkeypatch):
     frame = st.sessions_frame(studio)
     assert RUN in list(frame["run_id"])
     fig, key = st.compare(studio, list(frame["run_id"]), "rollout/score_mean")
     assert {t.name for t in fig.data} == set(frame["run_id"])
+    toasts = []
+    monkeypatch.setattr(gr, "Warning", lambda message, title="Warning", **kw: toasts.append((title, message)))
+    assert st.compare(studio, [], "rollout/score_mean") == (gr.skip(),) * 2  # the plot keeps its curves
+    assert toasts == [("Refused", "pick the runs to compare")]
     archive, msg = st.export_adapter(studio, RUN)
     assert archive.endswith(".zip") and "adapter of iteration" in msg
     assert st.open_session(studio, RUN)[0] == RUN

@@ -15,7 +15,7 @@ import gradio as gr
 import pandas as pd
 
 from empo2_studio.app import figures
-from empo2_studio.app.handlers import user_errors
+from empo2_studio.app.handlers import kept_on_refusal, user_errors
 from empo2_studio.app.tips_tab import export_tips
 
 if TYPE_CHECKING:
@@ -80,9 +80,11 @@ def metric_choices(studio: Studio, run_ids: Sequence[str]) -> list[str]:
     return sorted(keys)
 
 
+@kept_on_refusal(2)
 @user_errors
 def compare(studio: Studio, run_ids: Sequence[str] | None, key: str | None) -> tuple[Any, Any]:
-    """Curves of one metric for two or more runs. Returns (figure, metric dropdown update)."""
+    """Curves of one metric for one or more runs. Returns (figure, metric dropdown update); with no run
+    picked, a "Refused" toast and both left as they were (no red error badges on the plot)."""
     ids = list(run_ids or [])
     if len(ids) < 1:
         raise ValueError("pick the runs to compare")
