@@ -552,6 +552,8 @@ def test_adapt_keeps_weights_and_draws_trials(studio):
 def test_sessions_list_compare_and_export(studio, monkeypatch):
     frame = st.sessions_frame(studio)
     assert RUN in list(frame["run_id"])
+    assert studio.session(RUN).config.train.learning_rate == 0.01
+    assert frame.set_index("run_id").loc[RUN, "lr"] == "1e-2"  # short enough for its column (0.0001 wrapped)
     fig, key = st.compare(studio, list(frame["run_id"]), "rollout/score_mean")
     assert {t.name for t in fig.data} == set(frame["run_id"])
     toasts = []

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import gradio as gr
+import numpy as np
 import pandas as pd
 
 from empo2_studio.app import figures
@@ -44,7 +45,8 @@ def last_score(session: Any) -> float | None:
 
 
 def sessions_frame(studio: Studio) -> pd.DataFrame:
-    """One row per session: its config essentials and last metrics."""
+    """One row per session: its config essentials and last metrics (the learning rate as "1e-4", which
+    fits its narrow column where "0.0001" wrapped)."""
     from empo2_studio.sessions import list_sessions
 
     rows = []
@@ -55,7 +57,7 @@ def sessions_frame(studio: Studio) -> pd.DataFrame:
         rows.append([
             info.run_id, info.env, info.task, info.model, info.iteration, info.checkpoints,
             "" if score is None else f"{score:.1f}", cfg.rollout.p_memory, round(cfg.rollout.q_off_policy, 3),
-            cfg.train.learning_rate, pd.Timestamp(info.created_at, unit="s").strftime("%Y-%m-%d %H:%M"),
+            np.format_float_scientific(cfg.train.learning_rate, trim="-", exp_digits=1), pd.Timestamp(info.created_at, unit="s").strftime("%Y-%m-%d %H:%M"),
         ])  # fmt: skip
     return pd.DataFrame(rows, columns=LIST_COLUMNS)
 
