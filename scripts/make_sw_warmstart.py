@@ -242,6 +242,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="named-room conversations per variation (`named_room_turns`), beside the note-following ones")
     ap.add_argument("--follow", type=int, default=1, metavar="N",
                     help="note-following conversations per variation (0: named-room turns and walks only)")
+    ap.add_argument("--follow-variations", type=int, default=None, metavar="N",
+                    help="note-following conversations only on the first N variations per task and split (default: "
+                         "--variations); the named-room ones and the walks use all of them")
     ap.add_argument("--init", type=Path, default=DEFAULT_INIT, help="the adapter to fine-tune (its KL anchor)")
     ap.add_argument("--anchor-weight", type=float, default=1.0)
     ap.add_argument("--epochs", type=int, default=1)
@@ -259,6 +262,10 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(str(exc))
     if args.variations < 1 or args.epochs < 1 or args.batch < 1:
         ap.error(f"--variations, --epochs and --batch must be ≥ 1, got {args.variations}, {args.epochs}, {args.batch}")
+    if args.follow_variations is None:
+        args.follow_variations = args.variations
+    if not 1 <= args.follow_variations <= args.variations:
+        ap.error(f"--follow-variations must be in 1…--variations ({args.variations}), got {args.follow_variations}")
     if args.follow < 0 or args.named_room < 0 or args.follow + args.named_room == 0:
         ap.error(f"--follow and --named-room must be ≥ 0 and not both 0, got {args.follow}, {args.named_room}")
     for name in ("whole_share", "teleport_share"):
@@ -286,14 +293,14 @@ def main(argv: list[str] | None = None) -> int:
     paths: dict[str, dict[str, list[str]]] = {}
     for task in args.tasks:
         for split in args.splits:
-            for v in env.variations(task, split)[: args.variations]:
+            for k, v in enumerate(env.variations(task, split)[: args.variations]):
                 for _ in range(args.named_room):
                     conv = named_room_turns(env, task, v, rng)
                     named += conv is not None
                     follow += [conv] if conv else []
                 seen.setdefault(task, []).append(v)
                 walks.append(walk_turns(env, task, v, rng))
-                if not args.follow:
+                if not args.follow or k >= args.follow_variations:
                     continue
                 if str(v) in cached.get(task, {}):
                     actions, score = cached[task][str(v)], 100.0
@@ -366,7 +373,7 @@ def main(argv: list[str] | None = None) -> int:
         "lineage": lineage(f"{args.out.name}: ScienceWorld variations {own}", args.init),
         "splits": args.splits, "prompt_style": prompts.prompt_style("scienceworld"),
         "init": str(args.init.resolve().relative_to(ROOT)) if args.init.resolve().is_relative_to(ROOT) else str(args.init),
-        "variations": args.variations, "follow": args.follow, "named_room": args.named_room, "named": named, "whole_share": args.whole_share,
+        "variations": args.variations, "follow": args.follow, "follow_variations": args.follow_variations, "named_room": args.named_room, "named": named, "whole_share": args.whole_share,
         "teleport_share": args.teleport_share, "teleported": teleported,
         "anchor_weight": args.anchor_weight, "epochs": args.epochs, "batch": args.batch, "lr": args.lr,
         "seed": args.seed, "conversations": len(follow), "walks": len(anchor_convs),

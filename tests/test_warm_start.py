@@ -149,6 +149,10 @@ def test_the_scienceworld_warm_start_script_refuses_a_held_out_task_by_name(caps
     with pytest.raises(SystemExit):
         main(["--tasks", "power-componnet"])
     assert "unknown ScienceWorld task(s) power-componnet" in capsys.readouterr().err
+    for bad in ("0", "9"):  # plan-following on none of the variations, or on more than --variations 8 plays
+        with pytest.raises(SystemExit):
+            main(["--variations", "8", "--follow-variations", bad, "--out", "/nonexistent/never-written"])
+        assert f"--follow-variations must be in 1…--variations (8), got {bad}" in capsys.readouterr().err
 
 
 def test_no_shipped_adapter_saw_a_task_the_adaptation_benchmark_adapts_on():
