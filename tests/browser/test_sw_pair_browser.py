@@ -5,9 +5,10 @@ ScienceWorld adapter, the real MiniLM embedder, real JVMs), the Lesson's task fi
 Episodes tab (it plays the Lesson's 10 steps), the offered curated tip stored with the button, one pair
 at the Lesson's temperature 1.0: the memory episode reads the tip, teleports outside, focuses on the
 animal and wins (score 100); the naive one, without a tip, does not win. Measured without a browser
-(docs/notebook/2026-12-06-scienceworld-lesson.md, bar 6): the memory side won 68 of 68 pairs on train
-variations; the naive side never won, and at T = 1.0 focused on something where it stands (−100 at
-once) in 9 of 34, variation 1 seed 0 among them. Screenshots go to test-artifacts/.
+with the tab's own functions (benchmarks/bench_sw_pair.py, docs/benchmarks/sw_pair.md): with the
+shipped adapter the memory side won 16 of 16 pairs (variations 0, 1, 5, 10; seeds 0, 1; T = 1.0 and
+0.4), the naive side none, picking up what is in its room (variation 1: "pick up bowl" first).
+Screenshots go to test-artifacts/.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ TASK = "find-animal"
 VARIATION = 1  # train, one of the Lesson's two; starts in the art studio, the animals (blue jay, …) are outside
 TEMPERATURE = "1"  # the Lesson's (rollout.train_temperature); the tab's default is 0.4
 TIP_START = "Animals are never indoors: teleport to outside"
-PAIR_BOUND_S = 300  # measured 10–26 s a pair at 10 steps under load ~5 on a shared 2-core CPU; not a timing test
+PAIR_BOUND_S = 300  # measured 11–24 s a pair at 10 steps under load ~3.5 on a shared 2-core CPU; not a timing test
 
 
 @pytest.fixture(scope="module")
