@@ -71,7 +71,7 @@ def check_env(cfg: RunConfig) -> None:
         env = make_env(cfg.env)
     except ValueError as e:
         default = EnvConfig()
-        hint = (f" (--env.task was not given: its default {default.task!r} is a trap task)"
+        hint = (f" ({default.task!r} is a trap task, and --env.task's default when the flag is not given)"
                 if cfg.env.name != default.name and cfg.env.task == default.task else "")  # fmt: skip
         raise UsageError(f"{e}{hint}") from None
     try:

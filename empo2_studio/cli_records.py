@@ -66,7 +66,7 @@ def run_sessions(cmd: SessionsCmd) -> int:
             print(json.dumps({**asdict(r), "dir": str(r.dir)}))
         return OK
     if not rows:
-        print(f"no sessions in {session_root(cmd.sessions_dir)}")
+        print(f"no sessions in the folder {str(session_root(cmd.sessions_dir))!r}")
         return OK
     print(f"{'run id':<44} {'env/task':<32} {'iter':>5} {'ckpts':>5}  last metrics")
     for r in rows:

@@ -90,6 +90,10 @@ def test_a_refused_input_is_one_line_and_logs_no_traceback(served, capfd):
         client.predict("studio", ["nope"], api_name="/distill")
     with pytest.raises(AppError, match="no session 'nope'"):
         client.predict("nope", api_name="/session_info")
+    with pytest.raises(AppError) as err:
+        client.predict("studio", "boil", 0, api_name="/offered_tip")
+    assert str(err.value) == ("no tip is offered for 'boil' variation 0 on a trap session; the Episodes tab offers one "
+                              "for the Lesson's tasks there (trap-find-animal, trap-light-bulb, trap-water-plant) and their variations")
     out, errors = capfd.readouterr()
     assert "Traceback" not in out + errors
 
@@ -143,3 +147,14 @@ def test_launch_imports_the_shared_modules_before_the_model_thread_starts(monkey
     demo.close()
     studio.close()
     assert calls == ["import", "prepare"]
+
+
+def test_the_offered_tip_is_the_episodes_tabs_and_stores_with_add_tip(served):
+    from empo2_studio.lesson import curated_tip
+
+    client, studio = served
+    text = client.predict("studio", TASK, 2, api_name="/offered_tip")
+    assert text == curated_tip(TASK, 2) and text  # what the tab pre-fills for that variation
+    assert client.predict("studio", TASK, 2, text, api_name="/add_tip").startswith("added tip")
+    (tip,) = [t for t in client.predict("studio", TASK, 2, api_name="/tips") if t["text"] == text]
+    assert (tip["score"], tip["origin"]) == (100.0, "manual")

@@ -646,6 +646,12 @@ def test_an_unknown_checkpoint_or_episode_id_is_refused_before_a_job_starts(stud
         with pytest.raises(gr.Error, match=r"trials K .*1…20"):
             at.start_adapt(studio, RUN, "current", "trap-find-animal", trials)
     with pytest.raises(gr.Error) as err:
+        at.start_adapt(studio, RUN, "current", "water-plant", 1)  # a ScienceWorld name on a trap session
+    assert err.value.message.startswith("'water-plant' is not a trap task; the unseen tasks of session 'studio': trap-")
+    with pytest.raises(gr.Error) as err:
+        at.start_adapt(studio, RUN, "current", TASK, 1)
+    assert err.value.message.startswith(f"'{TASK}' is the task session 'studio' trains on; the unseen tasks")
+    with pytest.raises(gr.Error) as err:
         tt.start_distill(studio, RUN, ["nope"])
     assert err.value.message.startswith("not a memory episode of session 'studio': 'nope'; valid: ")
     assert err.value.title == "Refused"

@@ -46,7 +46,7 @@ def test_overview_and_every_command_help(capsys):
         (["train", "--env.task", "nope"], "unknown trap task 'nope'; valid tasks: trap-light-bulb"),
         (["train", "--env.variations", "0", "30"], "--env.variations [30] of 'trap-light-bulb' are outside its train split 0–23"),
         (["train", "--env.name", "scienceworld", "--env.task", "boil", "--env.variations", "9999"], "outside its train split 0–13"),
-        (["train", "--env.name", "scienceworld"], "(--env.task was not given: its default 'trap-light-bulb' is a trap task)"),
+        (["train", "--env.name", "scienceworld"], "('trap-light-bulb' is a trap task, and --env.task's default when the flag is not given)"),
         (["eval", "--session", "nope"], "available: none"),
         (["eval", "--session", "nope", "--variations", "0"], "--variations must be ≥ 1, got 0"),
         (["eval", "--session", "nope", "--repeats", "101"], "--repeats must be ≤ 100, got 101"),

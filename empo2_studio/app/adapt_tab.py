@@ -65,8 +65,11 @@ def start_adapt(studio: Studio, run_id: str, checkpoint: str | None, task: str |
     """Start an adaptation run (frozen weights, memory on). Returns `job_panel.started(job)`."""
     if not task:
         raise ValueError("pick an unseen task")
-    if task not in unseen_tasks(studio, run_id):
-        raise ValueError(f"{task!r} is not an unseen task of session {run_id!r}; valid: {unseen_tasks(studio, run_id)}")
+    unseen = unseen_tasks(studio, run_id)
+    if task not in unseen:
+        env = studio.session(run_id).config.env
+        why = (f"the task session {run_id!r} trains on" if task == env.task else f"not a {env.name} task")
+        raise ValueError(f"{task!r} is {why}; the unseen tasks of session {run_id!r}: {', '.join(unseen)}")
     trials = whole_number(trials, "trials K", 1, MAX_TRIALS)
     check_checkpoint(studio, run_id, checkpoint)
     job = studio.jobs.start(

@@ -20,17 +20,18 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import gradio as gr
 
-from empo2_studio.app import episodes_tab, sessions_tab, tips_tab, train_tab, adapt_tab
+from empo2_studio.app import adapt_tab, episodes_tab, pair_memory, sessions_tab, tips_tab, train_tab
 from empo2_studio.app import lesson_tab as ls
 from empo2_studio.app import race_tab as rc
 from empo2_studio.app.handlers import user_errors
+from empo2_studio.lesson import LESSON_TASKS, lesson_env
 
 if TYPE_CHECKING:
     from empo2_studio.app.jobs import Job
     from empo2_studio.app.studio import Studio
 
 ENDPOINTS = ("sessions", "session_info", "run_pair", "job", "stop_job", "play_lesson", "train", "distill",
-             "adapt", "race", "tips", "add_tip", "metrics")  # fmt: skip
+             "adapt", "race", "tips", "add_tip", "offered_tip", "metrics")  # fmt: skip
 """The API's endpoint names (`/sessions`, …); every other event of the page is private."""
 
 Split = Literal["train", "dev", "test"]
@@ -176,10 +177,24 @@ def register(studio: Studio) -> None:
         return tips_tab.add_tip(studio, run_id, task, variation, text, score)
 
     @user_errors
+    def offered_tip(run_id: str, task: str, variation: int) -> str:
+        """The Lesson's curated tip the Episodes tab offers for (task, variation) of the session's env
+        (`pair_memory.tip_offer`); store it with `/add_tip` (score 100, as the tab's button does).
+        Refused for a task or variation with no offer: only the Lesson tasks of the session's env have one."""
+        studio.session(run_id)  # an unknown session is refused by name first
+        text = pair_memory.tip_offer(studio, run_id, task, variation)
+        if text is None:
+            env = studio.session(run_id).config.env.name
+            own = sorted(t for t in LESSON_TASKS if lesson_env(t) == env)
+            raise ValueError(f"no tip is offered for {task!r} variation {variation} on a {env} session; the "
+                             f"Episodes tab offers one for the Lesson's tasks there ({', '.join(own)}) and their variations")
+        return text
+
+    @user_errors
     def metrics(run_id: str) -> list[dict[str, Any]]:
         """The session's metrics.jsonl rows (training, distillation, evaluation, lesson, adaptation)."""
         return jsonable(studio.session(run_id).metrics())
 
     for fn in (sessions, session_info, run_pair, job, stop_job, play_lesson, train, distill, adapt, race, tips,
-               add_tip, metrics):  # fmt: skip
+               add_tip, offered_tip, metrics):  # fmt: skip
         gr.api(fn, api_name=fn.__name__)
