@@ -16,6 +16,9 @@ from empo2_studio.sessions import list_sessions
 
 SHOWN_METRICS = ("rollout/score_mean", "rollout/success_rate", "loss/policy", "mask/low_prob_frac")
 """The metrics `train`'s progress bar and `sessions`' table show."""
+LISTED = ("kind", *SHOWN_METRICS[:3], "eval/score_mean", "eval/success_rate", "adapt/score_mean", "adapt/success_rate")
+"""A run's last metrics row in `sessions`: whichever of these it holds (an evaluation's or adaptation's row
+has no rollout keys)."""
 
 
 def run_tips(cmd: TipsCmd) -> int:
@@ -71,7 +74,7 @@ def run_sessions(cmd: SessionsCmd) -> int:
     print(f"{'run id':<44} {'env/task':<32} {'iter':>5} {'ckpts':>5}  last metrics")
     for r in rows:
         m = r.last_metrics
-        shown = "  ".join(f"{k.split('/')[-1]}={fmt(m[k])}" for k in ("kind", *SHOWN_METRICS[:3]) if k in m)
+        shown = "  ".join(f"{k.removeprefix('rollout/').removeprefix('loss/')}={fmt(m[k])}" for k in LISTED if k in m)
         print(f"{r.run_id:<44} {clip(f'{r.env}/{r.task}', 32):<32} {r.iteration:>5} {r.checkpoints:>5}  {shown}")
     return OK
 

@@ -207,6 +207,10 @@ def test_sessions_listing(sessions, capsys):
     assert main(["sessions", "--json"]) == 0
     row = json.loads(capsys.readouterr().out)
     assert row["run_id"] == "run-a" and row["iteration"] == 1 and row["last_metrics"]["loss/policy"] == -0.25
+    s.append_metrics({"iteration": 1, "kind": "eval", "eval/score_mean": -3.0, "eval/success_rate": 0.25})
+    assert main(["sessions"]) == 0
+    line = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("run-a")][0]
+    assert line.endswith("kind=eval  eval/score_mean=-3  eval/success_rate=0.25")  # what the evaluation found
 
 
 def test_tips_list_export_import_reembed(sessions, tmp_path, capsys):
