@@ -41,7 +41,7 @@ def room_probe(policy, env: ScienceWorldEnv, variation: int, path_turns) -> dict
             "best": best, "p_best": p_room[best]}
 
 
-def part_room(args, policy, env: ScienceWorldEnv, path_turns) -> tuple[list[str], dict]:
+def part_room(policy, env: ScienceWorldEnv, path_turns) -> tuple[list[str], dict]:
     """The probe on `ROOM_VARIATIONS`: a table and {"rows", "mean_p_named", "named_first"}."""
     rows = [room_probe(policy, env, v, path_turns) for v in ROOM_VARIATIONS]
     mean = statistics.fmean(r["p_named"] for r in rows)

@@ -350,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
             if part == "tips":
                 lines, results[part] = part_tips(args, policy, env)
             elif part == "room":
-                lines, results[part] = part_room(args, policy, env, path_turns)
+                lines, results[part] = part_room(policy, env, path_turns)
             else:
                 run = {"lesson": part_lesson, "speed": part_speed, "wrong": part_wrong, "eval": part_eval}[part]
                 lines, results[part] = run(args, policy, env, root, warm)
