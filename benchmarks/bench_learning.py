@@ -352,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"model loaded in {time.perf_counter() - t0:.0f}s", flush=True)
     report = [f"# bench_learning ({time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} CPU cores, torch {torch.__version__})", ""]
     if not args.skip_trap:
-        print(f"trap: {args.iterations} iterations × seeds {args.seeds} × arms {args.arms}, group {args.group_size}")
+        print(f"{args.env} ({args.task}): {args.iterations} iterations × seeds {args.seeds} × arms {args.arms}, group {args.group_size}")
         heading = (f"## {'Trap env' if args.env == 'trap' else 'ScienceWorld'} ({args.task}, variations {args.variations}, {args.variations_per_iteration} "
                    f"group(s) of {args.group_size} per iteration, "
                    f"step limit {args.step_limit}, lr {args.lr}, seeds {args.seeds}"

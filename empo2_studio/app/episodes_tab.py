@@ -30,17 +30,17 @@ MAX_VARIATION_CHOICES = 200
 SCIENCEWORLD_NOTE = (
     "**ScienceWorld with the embedded 135M model.** {actions} and writes tips, but on its own it rarely scores: "
     "without a tip a side-by-side pair usually ends with both columns at the same low score. A ScienceWorld "
-    "session starts from an adapter fine-tuned to take an object to the room and box its task names; with a "
-    "tip that lists a task's steps (Tips tab, pinned) it follows them only in part: on three other tasks it "
-    "won 0.38–0.50 of its episodes with the plan pinned (docs/benchmarks/scienceworld.md).\n\n"
+    "session starts from an adapter fine-tuned to follow a tip that lists a task's steps and to take an object "
+    "to the room and box its task names: with the plan pinned (Tips tab) it won 0.88–1.00 of its episodes on "
+    "test variations of three other tasks (docs/benchmarks/scienceworld.md).\n\n"
     "On **find-animal** (the animals are all outside; the task does not say so) the pair offers the Lesson's "
     "tip and plays the Lesson's 10 steps. Measured with this adapter on train variations 0, 1, 5 and 10, seeds "
     "0 and 1, at T = 1.0 and 0.4 (16 pairs): the naive side never won (it picked up what was in its room and "
     "played on to the limit); the memory side read the tip, teleported outside, took the animal to the box "
     "the task names (the kitchen in 12 of them, the bathroom in 4) and won all 16 in 6 steps. A pair took "
-    "10.6–24.1 s on a loaded 2-core CPU "
+    "16.6–38.6 s on a loaded 2-core CPU "
     "(docs/benchmarks/sw_pair.md). "
-    "The **Lesson** tab plays the whole story: from this adapter its distilled naive agent won 0.50–1.00 of "
+    "The **Lesson** tab plays the whole story: from this adapter its distilled naive agent won 0.70–0.85 of "
     "its episodes on ten test variations it never saw (0.00 before; seeds 0–2; docs/benchmarks/sw_lesson.md)."
 )
 """Shown in the Episodes tab while a ScienceWorld session is open with the embedded model; `{actions}`

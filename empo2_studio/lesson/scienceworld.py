@@ -34,8 +34,8 @@ same in every variation, so tips naming many animals teach which names are not. 
 variations 150–159 after the lesson: 0.35 and 0.40 (seeds 0, 1), against 0.05 for variations 0, 1 × 8
 episodes and 0.15 for eight variations of one block (docs/notebook/2026-12-06-sw-lesson-variety.md).
 Every one of them keeps its box in the kitchen: from the adapter before the named-room warm start the
-distilled agent took the animal there on every test variation (0.00); from the named-room one it reads
-the box's room from the task, and test 225–234 went 0.00 → 1.00 / 0.80 / 0.50 (seeds 0–2,
+distilled agent took the animal there on every test variation (0.00); from the shipped one, which reads
+the box's room from the task, test 225–234 went 0.00 → 0.70 / 0.75 / 0.85 (seeds 0–2,
 docs/benchmarks/sw_lesson.md)."""
 LESSON_EPISODES = 2
 """Episodes per variation and playing stage: eight variations × 2 = the 16 memory episodes two
