@@ -32,7 +32,7 @@ SCIENCEWORLD_NOTE = (
     "without a tip a side-by-side pair usually ends with both columns at the same low score. A ScienceWorld "
     "session starts from an adapter fine-tuned to follow a tip that lists a task's steps and to take an object "
     "to the room and box its task names: with the plan pinned (Tips tab) it won 0.88–1.00 of its episodes on "
-    "test variations of three other tasks (20 episodes) (docs/benchmarks/scienceworld.md).\n\n"
+    "test variations of three other tasks (20 episodes; docs/benchmarks/scienceworld.md).\n\n"
     "On **find-animal** (the animals are all outside; the task does not say so) the pair offers the Lesson's "
     "tip and plays the Lesson's 10 steps. Measured with this adapter on train variations 0, 1, 5 and 10, seeds "
     "0 and 1, at T = 1.0 and 0.4 (16 pairs): the naive side never won (it picked up what was in its room and "
