@@ -37,6 +37,7 @@ from empo2_studio.config import (
     EMBEDDED_MODEL,
     SCIENCEWORLD_WARM_START,
     WARM_START_DIR,
+    EnvConfig,
     RunConfig,
 )
 from empo2_studio.durable import append_jsonl, atomic_write, finite, fsync_dir, last_jsonl, read_jsonl
@@ -62,6 +63,19 @@ def auto_warm_start(env_name: str) -> str:
     if env_name == "scienceworld" and (WARM_START_DIR / SCIENCEWORLD_WARM_START / "adapter_config.json").is_file():
         return SCIENCEWORLD_WARM_START
     return DEFAULT_WARM_START
+
+
+def on_env(cfg: RunConfig, env: EnvConfig) -> RunConfig:
+    """`cfg` with `env`, for a new session of another environment made from an existing one. A warm start
+    that is one of the shipped adapters (a folder of WARM_START_DIR) becomes "auto" again, so the new session
+    loads the one shipped for `env` (`absolute_paths`: the ScienceWorld adapter for ScienceWorld) and not the
+    one its source session stored for its own env; any other warm start (a folder the user chose, "none") is
+    kept. Without this the start panel's ScienceWorld session loaded the trap's adapter (a walkthrough of
+    2026-12-07: the find-animal pair's memory side read the tip and lost)."""
+    policy = cfg.policy
+    if policy.warm_start not in ("auto", "none") and Path(policy.warm_start).parent == WARM_START_DIR:
+        policy = replace(policy, warm_start="auto")
+    return replace(cfg, env=env, policy=policy)
 
 
 def absolute_paths(cfg: RunConfig) -> RunConfig:

@@ -289,7 +289,7 @@ def test_opening_a_scienceworld_session_from_the_page_lists_it_in_the_sessions_t
     click = next(f for f in fns if (button._id, "click") in f.targets)
     after = next(f for f in fns if f.trigger_after == click._id)
     pick = next(o for o in after.outputs if o.elem_id == "ses-pick")
-    run_id, _tabs = layout.open_env_session(studio, "scienceworld")
+    run_id = layout.open_env_session(studio, "scienceworld")
     update = after.fn(run_id)
     assert (run_id, run_id) in update[pick].choices and update[pick].value == run_id
     demo.close()

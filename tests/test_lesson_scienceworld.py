@@ -47,8 +47,11 @@ def test_a_scienceworld_lesson_session_starts_from_the_scienceworld_adapter():
     assert cfg.train.learning_rate == 2e-3
     own = RunConfig(policy=RunConfig().policy.__class__(warm_start="/somewhere/my-adapter"))
     assert lesson_run_config(own, "find-animal", "x", 1e-3).policy.warm_start == "/somewhere/my-adapter"
-    trap = lesson_run_config(base, "trap-find-animal", "y", 1e-3)
+    trap = absolute_paths(lesson_run_config(base, "trap-find-animal", "y", 1e-3))
     assert trap.env.name == "trap" and trap.policy.warm_start == base.policy.warm_start
+    # a trap lesson in a ScienceWorld studio starts from the trap's adapter, not the launch session's
+    from_sw = absolute_paths(lesson_run_config(cfg, "trap-find-animal", "z", 1e-3))
+    assert from_sw.policy.warm_start == base.policy.warm_start != cfg.policy.warm_start
 
 
 @pytest.mark.scienceworld

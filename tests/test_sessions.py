@@ -240,3 +240,31 @@ def test_runs_started_in_the_same_second_get_their_own_folders(tmp_path):
     assert [run_id for run_id, _ in got] == names
     assert [d for _, d in got] == [tmp_path / "runs" / n for n in names]
     assert sorted(d.name for d in (tmp_path / "runs").iterdir()) == names
+
+
+def test_a_session_made_for_another_env_loads_that_envs_shipped_adapter():
+    from dataclasses import replace
+
+    from empo2_studio.config import DEFAULT_WARM_START, SCIENCEWORLD_WARM_START, WARM_START_DIR, EnvConfig
+    from empo2_studio.sessions import absolute_paths, on_env
+
+    route, sw = str(WARM_START_DIR / DEFAULT_WARM_START), str(WARM_START_DIR / SCIENCEWORLD_WARM_START)
+    trap = absolute_paths(RunConfig())  # what a trap studio session stores: the route adapter's folder
+    assert trap.policy.warm_start == route
+    to_sw = absolute_paths(on_env(trap, EnvConfig(name="scienceworld", task="find-animal")))
+    assert (to_sw.env.name, to_sw.env.task, to_sw.policy.warm_start) == ("scienceworld", "find-animal", sw)
+    back = absolute_paths(on_env(to_sw, EnvConfig(name="trap", task="trap-light-bulb")))
+    assert back.policy.warm_start == route
+    for chosen in ("/somewhere/my-adapter", "none"):  # a warm start the user chose stays
+        own = replace(trap, policy=replace(trap.policy, warm_start=chosen))
+        assert on_env(own, EnvConfig(name="scienceworld", task="find-animal")).policy.warm_start == chosen
+
+
+def test_the_start_panels_scienceworld_session_does_not_inherit_the_trap_adapter(tmp_path):
+    from empo2_studio.app.studio import Studio
+    from empo2_studio.config import DEFAULT_WARM_START, SCIENCEWORLD_WARM_START, WARM_START_DIR
+
+    studio = Studio(tmp_path, policy="tiny", embedder="hash")  # the trap session stores the route adapter
+    assert studio.session(studio.default_run_id).config.policy.warm_start == str(WARM_START_DIR / DEFAULT_WARM_START)
+    sw = studio.env_session("scienceworld")  # what "Open a ScienceWorld session" opens
+    assert sw.config.policy.warm_start == str(WARM_START_DIR / SCIENCEWORLD_WARM_START)

@@ -90,8 +90,12 @@ def build_blocks(studio: Studio) -> gr.Blocks:
         # browser's run id, then every tab follows it; the Episodes tab drops the previous session's pair.
         ses["opened"](switched, switched_outputs)
         tr["switched"](created, created_outputs)
-        opened = to_sw.click(partial(open_env_session, studio, "scienceworld"), None, [run_id, tabs])
-        opened.success(switched, [run_id], switched_outputs)
+        # The Episodes tab is selected only after the switch renewed its form: selected at once, its
+        # open event read the task box while the switch replaced its choices, and Gradio refused the
+        # stale "trap-light-bulb" against ScienceWorld's task list (an error toast, walkthrough of 2026-12-07).
+        opened = to_sw.click(partial(open_env_session, studio, "scienceworld"), None, [run_id])
+        opened.success(switched, [run_id], switched_outputs).then(
+            lambda: gr.Tabs(selected="episodes"), None, tabs, show_progress="hidden")
         # A reloaded page picks up the work still running on its session (its timer starts polling).
         for tab, kinds in ((ep, ("episodes",)), (tr, ("train", "distill")), (ad, ("adapt",)), (race, ("race",))):
             tab["panel"].on_load_attach(demo, studio.jobs, kinds, run_id)
@@ -114,10 +118,10 @@ def banner_refresh(studio: Studio, session_md: Any) -> Refresh:
 
 
 @user_errors
-def open_env_session(studio: Studio, env: str) -> tuple[str, Any]:
-    """The start panel's button: open the studio's session of `env` and show its Episodes tab.
-    Returns (run id, tabs update)."""
-    return studio.env_session(env).dir.name, gr.Tabs(selected="episodes")
+def open_env_session(studio: Studio, env: str) -> str:
+    """The start panel's button: open the studio's session of `env`; returns its run id (the page then
+    renews every tab and shows the Episodes tab)."""
+    return studio.env_session(env).dir.name
 
 
 def page_refresh(parts: Sequence[Refresh]) -> Refresh:

@@ -31,6 +31,7 @@ from empo2_studio.app.jobs import Job, JobRegistry
 from empo2_studio.app.memory_use import IdleRelease, share_note_writer
 from empo2_studio.app.model_slot import CheckpointWeights, ModelLoader, ModelSlot, Weights
 from empo2_studio.config import EMBEDDER_NAMES, EnvConfig, RunConfig
+from empo2_studio.sessions import on_env
 from empo2_studio.types import ENV_NAMES
 
 if TYPE_CHECKING:
@@ -125,7 +126,7 @@ class Studio:
         run_id = f"{DEFAULT_RUN_ID}-{env}"
         if (self.root / run_id / "config.json").is_file():
             return self.session(run_id)
-        cfg = replace(default.config, run_id=run_id, env=EnvConfig(name=env, task=DEFAULT_TASKS[env]))
+        cfg = on_env(replace(default.config, run_id=run_id), EnvConfig(name=env, task=DEFAULT_TASKS[env]))
         return self.create_session(cfg)
 
     def default_config(self, run_id: str = DEFAULT_RUN_ID) -> RunConfig:
