@@ -100,6 +100,10 @@ def test_rates_come_from_the_latest_measured_lesson_rows():
     with pytest.raises(ValueError, match=r"unknown lesson stages \['tips'\]"):
         timing.lesson_countdown(2, 8, 5, rates, ["tips"])
     assert "rough estimate" in timing.rates_note({}) and "measured on this machine" in timing.rates_note({"episode": 6.0})
+    assert "about 2 min: docs/benchmarks/lesson_studio.md" in timing.rates_note({})  # the trap's quiet lesson
+    assert "about 7 min: docs/benchmarks/sw_lesson.md" in timing.rates_note({}, "scienceworld")
+    with pytest.raises(ValueError, match="valid|one of"):
+        timing.rates_note({}, "alfworld")
     assert (timing.clock_text(75), timing.clock_text(3725), timing.minutes_text(40), timing.minutes_text(828)) == (
         "1:15", "1:02:05", "40 s", "about 14 min")
     assert [timing.seconds_text(x) for x in (115.2, 5.24, 0.0432)] == ["115 s", "5.2 s", "0.043 s"]

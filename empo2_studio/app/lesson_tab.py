@@ -276,7 +276,7 @@ def time_hint(rates: dict[str, float], task: str = TRAP_TASKS[0], settings: Less
     which = "the lesson as set" if settings is not None else "the default lesson"
     seconds = lesson_seconds(len(d.variations), d.episodes, d.distill_steps, rates)
     return (f"**Expected time** of {which} ({len(d.variations)} variations, {d.episodes} episodes each, "
-            f"{d.distill_steps} distill steps): {minutes_text(seconds)}, from {rates_note(rates)}. "
+            f"{d.distill_steps} distill steps): {minutes_text(seconds)}, from {rates_note(rates, lesson_env(task))}. "
             "While it runs, the status line shows the elapsed time and counts the time left down from these "
             "figures, then from each step as it is measured.")  # fmt: skip
 

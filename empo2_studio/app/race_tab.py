@@ -120,10 +120,12 @@ def race_note(studio: Studio, run_id: str) -> str:
                 "target in rooms training never used, so a memory-free policy must search, a question the "
                 f"paper's tasks never ask. {copy}")  # fmt: skip
     if cfg.policy.model == EMBEDDED_MODEL:
-        measured = ("With the embedded 135M model races of 4 and 8 iterations on find-animal (one seed) ended at 0.00 "
-                    "against 0.00 without memory: the memory is kept per variation, EMPO²'s memory iterations drew "
-                    "variations no iteration had played yet and read no tip, so the arms differed only in their "
-                    "updates (docs/benchmarks/learning.md). An iteration took 1–3 minutes per arm on a 2-core CPU.")  # fmt: skip
+        measured = ("With the embedded 135M model and the shipped ScienceWorld adapter a 12-iteration race on "
+                    "find-animal (one seed) ended at 0.00 for both arms: the memory is kept per variation, two of "
+                    "EMPO²'s three memory iterations met variations with no tip, and the third read only "
+                    "placeholders, since nothing writes a useful ScienceWorld tip yet "
+                    "(docs/notebook/2026-12-07-sw-race-probe.md). An iteration took 0.5–2 minutes per arm on a "
+                    "2-core CPU.")  # fmt: skip
     else:
         measured = (f"With `{cfg.policy.model}` nothing is measured here yet; an iteration takes minutes per arm on a CPU.")
     return f"**The open session is a {cfg.env.name} session** (`{run_id}`, task `{cfg.env.task}`). {measured} {copy}"

@@ -110,12 +110,22 @@ def lesson_seconds(variations: int, episodes: int, distill_steps: int, rates: Ma
     return float(lesson_countdown(variations, episodes, distill_steps, rates).estimate or 0.0)
 
 
-def rates_note(rates: Mapping[str, float]) -> str:
-    """Where the expected times come from, for the page."""
+QUIET_LESSON = {
+    "trap": "a quiet one played the default lesson in about 2 min: docs/benchmarks/lesson_studio.md",
+    "scienceworld": "a quiet one played the default ScienceWorld lesson's stages in about 7 min: "
+                    "docs/benchmarks/sw_lesson.md",
+}
+"""What a quiet 2-core CPU measured for each env's default lesson (cited while nothing is measured here)."""
+
+
+def rates_note(rates: Mapping[str, float], env: str = "trap") -> str:
+    """Where the expected times come from, for the page; `env`: the lesson's environment, whose quiet
+    figure is cited while nothing is measured. ValueError for an unknown env."""
+    if env not in QUIET_LESSON:
+        raise ValueError(f"env must be one of {list(QUIET_LESSON)}, got {env!r}")
     if not any(k in rates for k in RATE_KEYS):
         return ("a rough estimate: nothing measured on this machine yet (the first stage measures it; these are a "
-                "loaded 2-core CPU's figures, and a quiet one played the default lesson in about 2 min: "
-                "docs/benchmarks/lesson_studio.md)")  # fmt: skip
+                f"loaded 2-core CPU's figures, and {QUIET_LESSON[env]})")  # fmt: skip
     parts = []
     for unit, what in (("episode", "per naive episode"), ("memory_episode", "per memory episode"),
                        ("distill_episode", "per memory episode per distill step"),
