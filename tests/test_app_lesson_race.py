@@ -354,3 +354,25 @@ def test_a_lesson_taking_the_model_adds_no_checkpoint_to_a_session_that_only_pla
     trainer.step()  # trained: now a swap must keep it
     studio.trainer(lesson_run)
     assert [i for i, _ in studio.session(played).checkpoints()] == [1]
+
+
+def test_the_lesson_start_buttons_wait_while_a_pick_refills_the_tips(studio):
+    """A task or variations pick greys ▶ Play and the stage buttons until its chain has refilled the tip
+    boxes, and gives them back at its end (a Play clicked meanwhile read empty boxes and was refused)."""
+    from empo2_studio.app import layout
+
+    demo = layout.build_blocks(studio)
+    fns = list(demo.fns.values())
+    by_id = {b.elem_id: b for b in demo.blocks.values() if getattr(b, "elem_id", None)}
+    play = by_id["ls-play"]
+    for picked in ("ls-task", "ls-variations"):
+        first = next(f for f in fns if (by_id[picked]._id, "input") in f.targets)
+        chain = [first]
+        while (nxt := next((f for f in fns if f.trigger_after == chain[-1]._id), None)) is not None:
+            chain.append(nxt)
+        assert play in first.outputs and play in chain[-1].outputs and len(chain) >= 3, picked
+        held, released = first.fn(), chain[-1].fn()
+        assert len(held) == len(first.outputs) >= 2  # Play and every stage button
+        assert all(b.interactive is False for b in held) and all(b.interactive is True for b in released)
+        assert not chain[-1].trigger_only_on_success  # they come back even when the refill failed
+    demo.close()

@@ -364,9 +364,16 @@ def build_lesson_tab(studio: Studio) -> dict[str, Any]:
     panel.on_poll(partial(poll_lesson, studio), [*tables, chart, session_md])
     panel.on_stop(stop, studio.jobs)
     opened_outputs = [session_md, *boxes, *tables, chart]
-    task.input(task_defaults, [task], [variations, episodes]).then(
-        partial(lesson_opened, studio), [task, variations], opened_outputs)
-    variations.input(lambda t, v: tip_boxes(t, v), [task, variations], boxes)
+    # The start buttons wait while a pick refills the tip boxes (a ScienceWorld tip reads the simulator's
+    # gold path, seconds): a ▶ Play clicked meanwhile read empty boxes and was refused ("the tip of
+    # variation 30 is empty"), walkthrough of 2026-12-07. `then`, not `success`: they come back either way.
+    starts = [play, *stage_buttons.values()]
+    hold = (lambda: [gr.Button(interactive=False)] * len(starts), None, starts)
+    release = (lambda: [gr.Button(interactive=True)] * len(starts), None, starts)
+    task.input(*hold, show_progress="hidden").then(task_defaults, [task], [variations, episodes]).then(
+        partial(lesson_opened, studio), [task, variations], opened_outputs).then(*release, show_progress="hidden")
+    variations.input(*hold, show_progress="hidden").then(
+        lambda t, v: tip_boxes(t, v), [task, variations], boxes).then(*release, show_progress="hidden")
     for box in (variations, episodes, distill_steps):  # the expected time follows the form, as the Race tab's
         box.change(partial(lesson_form_time, studio), [task, variations, episodes, distill_steps], session_md,
                    show_progress="hidden")  # fmt: skip
