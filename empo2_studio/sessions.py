@@ -65,15 +65,22 @@ def auto_warm_start(env_name: str) -> str:
     return DEFAULT_WARM_START
 
 
+SHIPPED_WARM_STARTS = (DEFAULT_WARM_START, SCIENCEWORLD_WARM_START)
+"""The acting adapters "auto" picks between (`auto_warm_start`), by folder name under assets/warmstart."""
+
+
 def on_env(cfg: RunConfig, env: EnvConfig) -> RunConfig:
-    """`cfg` with `env`, for a new session of another environment made from an existing one. A warm start
-    that is one of the shipped adapters (a folder of WARM_START_DIR) becomes "auto" again, so the new session
-    loads the one shipped for `env` (`absolute_paths`: the ScienceWorld adapter for ScienceWorld) and not the
-    one its source session stored for its own env; any other warm start (a folder the user chose, "none") is
-    kept. Without this the start panel's ScienceWorld session loaded the trap's adapter (a walkthrough of
-    2026-12-07: the find-animal pair's memory side read the tip and lost)."""
-    policy = cfg.policy
-    if policy.warm_start not in ("auto", "none") and Path(policy.warm_start).parent == WARM_START_DIR:
+    """`cfg` with `env`, for a new session (a lesson's, a race copy's) made from one of another environment.
+    When the environment changes, a warm start that is a shipped acting adapter (`SHIPPED_WARM_STARTS` in
+    an assets/warmstart folder, of this checkout or another) becomes "auto" again, so the new session loads
+    the one shipped for `env` (`absolute_paths`: the ScienceWorld adapter for ScienceWorld) and not the one
+    its source stored for its own env. Kept: any other warm start (a folder the user chose, "none"), and
+    every warm start when the env stays (a session keeps its weights). Without this the start panel's
+    ScienceWorld session loaded the trap's adapter (a walkthrough of 2026-12-07: the find-animal pair's
+    memory side read the tip and lost)."""
+    policy, folder = cfg.policy, Path(cfg.policy.warm_start).expanduser()
+    shipped = folder.name in SHIPPED_WARM_STARTS and folder.parent.name == WARM_START_DIR.name
+    if env.name != cfg.env.name and shipped:
         policy = replace(policy, warm_start="auto")
     return replace(cfg, env=env, policy=policy)
 

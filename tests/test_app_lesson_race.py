@@ -212,6 +212,11 @@ def test_race_rows_appear_per_arm_and_a_scienceworld_session_races_a_trap_copy(s
     assert (cfg.rollout.group_size, cfg.rollout.variations_per_iteration, cfg.train.learning_rate) == (8, 1, 1e-3)
     assert cfg.algo.skip_flat_groups and not studio.session(sw).config.algo.skip_flat_groups  # the race's, not the session's
     assert rc.race_target(studio, sw, "open") == ("sw", studio.session(sw).config)
+    from empo2_studio.config import DEFAULT_WARM_START, SCIENCEWORLD_WARM_START, WARM_START_DIR
+    from empo2_studio.sessions import absolute_paths
+
+    assert studio.session(sw).config.policy.warm_start == str(WARM_START_DIR / SCIENCEWORLD_WARM_START)
+    assert absolute_paths(cfg).policy.warm_start == str(WARM_START_DIR / DEFAULT_WARM_START)  # the trap copy: the trap's
     # the open trap session plays the search family: "auto" races the fixed-family copy, "open" itself
     assert rc.race_target(studio, RUN)[0] == f"{RUN}-trap" and rc.race_target(studio, RUN)[1].env.task == rc.RACE_TRAP_TASK
     assert rc.race_target(studio, RUN, "open") == (RUN, studio.session(RUN).config)
@@ -372,7 +377,8 @@ def test_the_lesson_start_buttons_wait_while_a_pick_refills_the_tips(studio):
             chain.append(nxt)
         assert play in first.outputs and play in chain[-1].outputs and len(chain) >= 3, picked
         held, released = first.fn(), chain[-1].fn()
-        assert len(held) == len(first.outputs) >= 2  # Play and every stage button
-        assert all(b.interactive is False for b in held) and all(b.interactive is True for b in released)
-        assert not chain[-1].trigger_only_on_success  # they come back even when the refill failed
+        assert len(held) == len(first.outputs) >= 4  # Play, every stage button and the two picks
+        assert by_id["ls-task"] in first.outputs and by_id["ls-variations"] in first.outputs
+        assert all(u["interactive"] is False for u in held) and all(u["interactive"] is True for u in released)
+        assert not any(f.trigger_only_on_success for f in chain[1:])  # they come back even when a refill failed
     demo.close()

@@ -364,12 +364,13 @@ def build_lesson_tab(studio: Studio) -> dict[str, Any]:
     panel.on_poll(partial(poll_lesson, studio), [*tables, chart, session_md])
     panel.on_stop(stop, studio.jobs)
     opened_outputs = [session_md, *boxes, *tables, chart]
-    # The start buttons wait while a pick refills the tip boxes (a ScienceWorld tip reads the simulator's
-    # gold path, seconds): a ▶ Play clicked meanwhile read empty boxes and was refused ("the tip of
-    # variation 30 is empty"), walkthrough of 2026-12-07. `then`, not `success`: they come back either way.
-    starts = [play, *stage_buttons.values()]
-    hold = (lambda: [gr.Button(interactive=False)] * len(starts), None, starts)
-    release = (lambda: [gr.Button(interactive=True)] * len(starts), None, starts)
+    # The start buttons, and the picks themselves, wait while a pick refills the tip boxes (a ScienceWorld
+    # tip reads the simulator's gold path, seconds): a ▶ Play clicked meanwhile read empty boxes and was
+    # refused ("the tip of variation 30 is empty"), walkthrough of 2026-12-07; a second pick meanwhile would
+    # give the buttons back before its own refill. `then`, not `success`: they come back either way.
+    starts = [play, *stage_buttons.values(), task, variations]
+    hold = (lambda: [gr.update(interactive=False)] * len(starts), None, starts)
+    release = (lambda: [gr.update(interactive=True)] * len(starts), None, starts)
     task.input(*hold, show_progress="hidden").then(task_defaults, [task], [variations, episodes]).then(
         partial(lesson_opened, studio), [task, variations], opened_outputs).then(*release, show_progress="hidden")
     variations.input(*hold, show_progress="hidden").then(

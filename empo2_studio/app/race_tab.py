@@ -38,6 +38,7 @@ from empo2_studio.app.race_job import expected_text, race_countdown, run_race_jo
 from empo2_studio.config import EMBEDDED_MODEL, MAX_EVAL_REPEATS, MAX_GROUP_SIZE, MAX_ITERATIONS, MAX_STEP_LIMIT, EnvConfig
 from empo2_studio.envs.trap import TrapEnv
 from empo2_studio.race import ARM_LABELS, arm_rows_summary
+from empo2_studio.sessions import on_env
 
 if TYPE_CHECKING:
     from empo2_studio.app.studio import Studio
@@ -89,10 +90,8 @@ def race_target(studio: Studio, run_id: str, target: str | None = "auto") -> tup
     cfg = studio.session(run_id).config
     if target == "open" or (target == "auto" and races_itself(cfg)):
         return run_id, cfg
-    env = RACE_ENV
-    return f"{run_id}-trap", cfg.with_overrides(
-        env={"name": env.name, "task": env.task, "variations": env.variations, "step_limit": env.step_limit,
-             "simplification": env.simplification},
+    # on_env: a ScienceWorld session's copy starts from the trap's shipped adapter, not its own
+    return f"{run_id}-trap", on_env(cfg, RACE_ENV).with_overrides(
         rollout={"group_size": RACE_FORM["group_size"], "variations_per_iteration": 1},
         train={"learning_rate": RACE_LEARNING_RATE}, algo=RACE_ALGO,
     )  # fmt: skip
