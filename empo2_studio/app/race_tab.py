@@ -90,8 +90,11 @@ def race_target(studio: Studio, run_id: str, target: str | None = "auto") -> tup
     cfg = studio.session(run_id).config
     if target == "open" or (target == "auto" and races_itself(cfg)):
         return run_id, cfg
-    # on_env: a ScienceWorld session's copy starts from the trap's shipped adapter, not its own
-    return f"{run_id}-trap", on_env(cfg, RACE_ENV).with_overrides(
+    # the race's env over the session's (its other env settings, e.g. the record line, kept); on_env: a
+    # ScienceWorld session's copy starts from the trap's shipped adapter, not its own
+    env = replace(cfg.env, name=RACE_ENV.name, task=RACE_ENV.task, variations=RACE_ENV.variations,
+                  step_limit=RACE_ENV.step_limit, simplification=RACE_ENV.simplification)
+    return f"{run_id}-trap", on_env(cfg, env).with_overrides(
         rollout={"group_size": RACE_FORM["group_size"], "variations_per_iteration": 1},
         train={"learning_rate": RACE_LEARNING_RATE}, algo=RACE_ALGO,
     )  # fmt: skip
