@@ -21,6 +21,7 @@ import re
 import threading
 from typing import Any
 
+from empo2_studio.envs.sw_search import find_plan
 from empo2_studio.policy.prompts import plan_note
 
 SCIENCEWORLD_LESSON_TASKS = ("find-animal",)
@@ -64,13 +65,10 @@ def tip_plan(task_description: str, gold: list[str]) -> list[str]:
     Raises:
         ValueError: the task text names no box and room, or the gold path focuses on nothing.
     """
-    m = _BOX.search(task_description)
     focus = next((a for a in gold if a.startswith("focus on ")), None)
-    if m is None or focus is None:
+    if not _BOX.search(task_description) or focus is None:
         raise ValueError(f"not a find-animal task text or gold path: {task_description!r}, {gold}")
-    animal = focus[len("focus on "):]
-    return ["teleport to outside", "look around", focus, f"pick up {animal}", f"teleport to {m['room']}",
-            f"move {animal} to {m['box']}"]  # fmt: skip
+    return find_plan(task_description, focus.removeprefix("focus on "), "outside")
 
 
 def curated_tip(task: str, variation: int, env: Any = None) -> str:

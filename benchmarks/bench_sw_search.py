@@ -1,0 +1,131 @@
+"""Does the memory find find-animal's animals with frozen weights? Trials of the record line (issue 47, bar 3).
+
+The race probe (docs/notebook/2026-12-07-sw-race-probe.md) found that on ScienceWorld nothing wrote a tip
+a later episode could use. `envs.sw_search` writes one from the episode's own trajectory: the rooms it
+searched and a room not yet searched to try, or, once a focus scored, the animal, its room and the whole
+plan. This benchmark asks whether memory rollouts reading those tips reach the animals before any
+weight changes: per (seed, variation), trial 0 is a naive group, trials 1…K memory groups (the paper's
+retrieval, top 10 by score), each group writing its tips after it (the policy's own sentence, then the
+record line: `EnvConfig.record_line` on), the weights frozen (checked). The variation's memory
+partition starts empty for each seed.
+
+Per trial: success, and the share of episodes that stood outside (where every variation keeps its
+animals) and that focused on an animal (a focus that scored).
+
+    PYTHONPATH=. .venv/bin/python benchmarks/bench_sw_search.py --variations 150 157 164 --seeds 0 --trials 5
+
+find-animal is held out from every shipped adapter; these are dev variations (choose on dev).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import torch  # noqa: E402
+
+from empo2_studio.config import WARM_START_DIR, EnvConfig, MemoryConfig, RolloutConfig, RunConfig  # noqa: E402
+from empo2_studio.envs.places import SCIENCEWORLD_PLACES, place_in  # noqa: E402
+from empo2_studio.memory import make_embedder  # noqa: E402
+from empo2_studio.policy import load_policy  # noqa: E402
+from empo2_studio.rollout import play_group, seed_policy, write_group_tips  # noqa: E402
+from empo2_studio.sessions import Session, auto_warm_start, default_sessions_root, fresh_dir  # noqa: E402
+from empo2_studio.trainer import Trainer  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _results import add_result_option, write_result  # noqa: E402
+
+TASK = "find-animal"
+MEASURES = ("success", "stood outside", "focused on an animal", "tips read per step")
+
+
+def episode_measures(episode) -> dict[str, float]:
+    """The per-episode measures of `MEASURES`: won, ever stood outside, a focus that scored, tips per step."""
+    texts = [episode.first_observation, *(s.observation for s in episode.steps)]
+    outside = any(place_in(t, SCIENCEWORLD_PLACES) == "outside" for t in texts)
+    focused = any(s.action.startswith("focus on ") and s.reward > 0 for s in episode.steps)
+    tips = statistics.fmean(len(s.tips) for s in episode.steps) if episode.steps else 0.0
+    return dict(zip(MEASURES, (float(episode.won), float(outside), float(focused), tips), strict=True))
+
+
+def trials(trainer: Trainer, variation: int, seed: int, n_trials: int, temperature: float) -> list[dict[str, float]]:
+    """Trial 0 naive, trials 1…n memory, on one variation; each group's tips stored after it. One row per trial."""
+    rows = []
+    for trial in range(n_trials + 1):
+        mode = "naive" if trial == 0 else "memory"
+        group_seed = seed * 1000 + variation * 10 + trial
+        seed_policy(trainer.policy, group_seed)
+        envs = trainer.envs(trainer.cfg.rollout.group_size)
+        eps = play_group(envs, trainer.policy, trainer.store, task=TASK, variation=variation, split="dev",
+                         rollout_mode=mode, update_mode=None, temperature=temperature, seed=group_seed,
+                         embedder=trainer.embedder, keep_caches=True)  # fmt: skip
+        eps = write_group_tips(trainer.policy, trainer.store, eps, writer=trainer.writer, note_context=trainer.note_context)
+        trainer.session.append_episodes(eps)
+        per = [episode_measures(e) for e in eps]
+        row = {m: statistics.fmean(p[m] for p in per) for m in MEASURES}
+        rows.append(row)
+        print(f"seed {seed} variation {variation} trial {trial} ({mode}): "
+              + ", ".join(f"{k} {v:.2f}" for k, v in row.items()), flush=True)  # fmt: skip
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--variations", type=int, nargs="+", default=[150, 157, 164], help="dev variations of find-animal")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0])
+    ap.add_argument("--trials", type=int, default=5, help="memory trials after the naive trial 0")
+    ap.add_argument("--group-size", type=int, default=8)
+    ap.add_argument("--step-limit", type=int, default=10)
+    ap.add_argument("--temperature", type=float, default=1.0, help="the training rollouts' (paper: 1.0)")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--warm-start", default=str(WARM_START_DIR / auto_warm_start("scienceworld")))
+    ap.add_argument("--root", type=Path, default=None)
+    add_result_option(ap)
+    args = ap.parse_args(argv)
+    if args.trials < 1:
+        ap.error(f"--trials must be ≥ 1, got {args.trials}")
+    torch.set_num_threads(max(1, min(args.threads, os.cpu_count() or 1)))
+    _, root = fresh_dir(args.root or default_sessions_root(), time.strftime("bench_sw_search-%Y%m%d-%H%M%S"))
+    policy = load_policy(dataclasses.replace(RunConfig().policy, warm_start=args.warm_start))
+    frozen = [p.detach().clone() for p in policy.trainable_parameters()]
+    embedder = make_embedder("minilm")
+    t0 = time.perf_counter()
+    per_seed: dict[str, dict[str, list[list[float]]]] = {}
+    for seed in args.seeds:
+        cfg = RunConfig(run_id=f"sw-search-{seed}", seed=seed,
+                        env=EnvConfig(name="scienceworld", task=TASK, variations=tuple(args.variations),
+                                      step_limit=args.step_limit, record_line=True),
+                        memory=MemoryConfig(embedder="minilm"), rollout=RolloutConfig(group_size=args.group_size))  # fmt: skip
+        trainer = Trainer(cfg, Session.create(root, cfg), policy=policy, embedder=embedder)
+        try:
+            rows = {v: trials(trainer, v, seed, args.trials, args.temperature) for v in args.variations}
+        finally:
+            trainer.close()
+        # per measure: one list per trial, the variations' values in order
+        per_seed[str(seed)] = {m: [[rows[v][t][m] for v in args.variations] for t in range(args.trials + 1)]
+                               for m in MEASURES}  # fmt: skip
+    if any(not torch.equal(a, b) for a, b in zip(frozen, policy.trainable_parameters(), strict=True)):
+        raise RuntimeError("the weights changed; the trials must run frozen")
+    lines = [f"### Memory trials on {TASK}, frozen weights ({args.warm_start}), dev variations {args.variations}, "
+             f"seeds {args.seeds}, group {args.group_size}, step limit {args.step_limit}, T = {args.temperature} "
+             "(mean over seeds and variations)", "",
+             "| trial | " + " | ".join(MEASURES) + " |", "|---|" + "---|" * len(MEASURES)]  # fmt: skip
+    for t in range(args.trials + 1):
+        cells = [statistics.fmean(x for s in per_seed.values() for x in s[m][t]) for m in MEASURES]
+        lines.append(f"| {t} ({'naive' if t == 0 else 'memory'}) | " + " | ".join(f"{c:.2f}" for c in cells) + " |")
+    table = "\n".join(lines)
+    print("\n" + table + f"\n\n({time.perf_counter() - t0:.0f} s; sessions under {root})")
+    write_result(args.result, __file__, argv, t0, args.seeds, per_seed, variations=args.variations,
+                 warm_start=args.warm_start, table=table)  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,122 @@
+"""The record line of a ScienceWorld find task: the rooms an episode searched, and what it found.
+
+ScienceWorld's find tasks never name their target: "Your task is to find a(n) animal. First, focus on
+the thing. Then, move it to the red box in the kitchen." (find-animal; find-plant, find-living-thing and
+find-non-living-thing word it the same way). `envs.room_notes` looks for the object a task says to focus
+on, here "the thing", so on these tasks it could only list the actions that scored (on find-animal,
+"teleport to kitchen": the task's partial credit for the box's room, which points away from the animals;
+docs/notebook/2026-12-07-sw-race-probe.md). This line reads what an episode can know instead:
+
+- **found**: a "focus on X" that scored means X is a(n) <category>, in the room the agent stood in. The
+  line gives the whole plan in the valid actions' words, the form the ScienceWorld adapter follows (issue
+  47, bar 1):
+
+      [from the record] The animal was the dove, in the outside: teleport to outside, then look around,
+      then focus on dove, then pick up dove, then teleport to kitchen, then move dove to red box.
+
+- **not found**: every room the episode stood in (start, "You teleport to the X.", "This room is called
+  the X.") and the rooms the notes it read had searched, then one room not yet searched to try next:
+
+      [from the record] No animal was found in: hallway, kitchen. Next time: teleport to workshop, then look around.
+
+  The room to try is drawn at random among the unsearched ones (seeded by `key`, the episode's id), so
+  the notes of one group name different rooms and a later memory group, which reads several of them,
+  spreads over the house instead of every episode walking to the same guess. The draw knows no more than
+  the step's "teleport to …" actions offer: which rooms exist, not where anything is.
+
+Departure (not in the paper): the paper's 7B policy writes its own tips; the embedded 135M model writes
+nothing a later episode can use on ScienceWorld, so this line stands in for that reflection
+(`EnvConfig.record_line`, docs/departures.md).
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Sequence
+
+from empo2_studio.envs.places import SCIENCEWORLD_PLACES, place_in
+from empo2_studio.envs.room_notes import RECORD_PREFIX
+
+PLAN_SEPARATOR = ", then "  # as policy.prompts.PLAN_SEPARATOR, which `remaining_plan` cuts at (envs do not import policy)
+_FIND = re.compile(r"\bfind an?(?:\(n\))? ([^.]+?)\.\s*First, focus on the thing\.", re.IGNORECASE)
+_BOX = re.compile(r"move it to the (?P<box>[\w ]+? box) in the (?P<room>[\w ]+?)\.")
+_FOUND = re.compile(r"The ([\w -]+?) was the ([\w -]+?), in the ([\w ]+?): ")
+_NOT_FOUND = re.compile(r"No ([\w -]+?) was found in: ([^.]*)\.")
+
+
+def find_category(task_description: str) -> str:
+    """The category a ScienceWorld find task asks for ("animal", "living thing"); "" for any other task.
+
+    >>> find_category("Your task is to find a(n) animal. First, focus on the thing. Then, move it to the red box in the kitchen.")
+    'animal'
+    >>> find_category("Your task is to turn on the red light bulb. First, focus on the red light bulb.")
+    ''
+    """
+    m = _FIND.search(task_description)
+    return m.group(1).strip() if m else ""
+
+
+def find_plan(task_description: str, target: str, room: str) -> list[str]:
+    """The winning actions of a find task once its target and the target's room are known: to the room,
+    look, focus, pick it up, to the box's room (read from the task text), into the box.
+
+    >>> find_plan("Your task is to find a(n) animal. First, focus on the thing. Then, move it to the red box in the kitchen.",
+    ...           "dove", "outside")
+    ['teleport to outside', 'look around', 'focus on dove', 'pick up dove', 'teleport to kitchen', 'move dove to red box']
+
+    Raises:
+        ValueError: the task text names no box and room ("… move it to the red box in the kitchen.").
+    """
+    m = _BOX.search(task_description)
+    if m is None:
+        raise ValueError(f"the task text names no box and room: {task_description!r}")
+    return [f"teleport to {room}", "look around", f"focus on {target}", f"pick up {target}",
+            f"teleport to {m['room']}", f"move {target} to {m['box']}"]  # fmt: skip
+
+
+def search_record(
+    task_description: str, steps: Sequence[tuple[str, float, str]], notes_read: Sequence[str] = (), *, key: str = ""
+) -> str:
+    """The record line of one episode of a find task (module docstring); "" for a task that is not one.
+
+    Args:
+        task_description: the task text (`find_category` reads the category, `find_plan` the box).
+        steps: (executed action, reward, observation after it) per step, the first observation as a step
+            with action "" (`room_notes.episode_steps`). Rewards are score differences (−100…100 scale).
+        notes_read: the notes the episode read: a found line among them is repeated when this episode found
+            nothing itself (its plan stays known); the rooms their not-found lines list count as searched.
+        key: seeds the draw of the room to try (the episode's id: the same episode, the same line).
+    """
+    category = find_category(task_description)
+    if not category:
+        return ""
+    searched: list[str] = []
+    here: str | None = None
+    for action, reward, observation in steps:
+        if action.startswith("focus on ") and reward > 0 and here:
+            target = action.removeprefix("focus on ")
+            return _found(task_description, category, target, here)
+        here = place_in(observation, SCIENCEWORLD_PLACES) or here
+        if here and here not in searched:
+            searched.append(here)
+    for note in notes_read:
+        m = _FOUND.search(note)
+        if m and m.group(1) == category:
+            return _found(task_description, category, m.group(2), m.group(3))
+    for note in notes_read:
+        for what, rooms in _NOT_FOUND.findall(note):
+            if what == category:
+                searched += [r.strip() for r in rooms.split(",") if r.strip() and r.strip() not in searched]
+    if not searched:
+        return ""
+    line = f"{RECORD_PREFIX} No {category} was found in: {', '.join(searched)}."
+    left = [p for p in SCIENCEWORLD_PLACES if p not in searched]
+    if left:
+        line += f" Next time: teleport to {random.Random(key).choice(left)}{PLAN_SEPARATOR}look around."
+    return line
+
+
+def _found(task_description: str, category: str, target: str, room: str) -> str:
+    plan = find_plan(task_description, target, room)
+    return f"{RECORD_PREFIX} The {category} was the {target}, in the {room}: {PLAN_SEPARATOR.join(plan)}."

@@ -1,0 +1,66 @@
+"""The record line of ScienceWorld's find tasks (`envs.sw_search`): observations are the simulator's own
+text for find-animal variation 0 (start in the hallway, box in the kitchen, a dove egg outside)."""
+
+from collections import Counter
+
+import pytest
+
+from empo2_studio.envs.places import SCIENCEWORLD_PLACES
+from empo2_studio.envs.sw_search import find_category, find_plan, search_record
+
+TASK = "Your task is to find a(n) animal. First, focus on the thing. Then, move it to the red box in the kitchen."
+HALLWAY = ("This room is called the hallway. In it, you see: \n\tthe agent\n\ta substance called air\n\ta picture\n"
+           "You also see:\n\tA door to the art studio (that is open)\n\tA door to the kitchen (that is open)")  # fmt: skip
+KITCHEN_LOOK = "This room is called the kitchen. In it, you see: \n\tthe agent\n\ta painting\n\ta red box (containing nothing)"
+OUTSIDE_LOOK = "This outside location is called the outside. Here you see: \n\tthe agent\n\tan axe\n\ta dove egg"
+
+
+def test_find_category_reads_the_four_find_tasks_and_nothing_else():
+    assert find_category(TASK) == "animal"
+    assert find_category(TASK.replace("animal", "living thing")) == "living thing"
+    assert find_category(TASK.replace("a(n) animal", "a(n) non-living thing")) == "non-living thing"
+    assert find_category("Your task is to find the red bulb. First, focus on the red bulb. Then, pick it up.") == ""
+    assert search_record("Your task is to boil water. First, focus on the water.", [("", 0.0, HALLWAY)]) == ""
+
+
+def test_a_focus_that_scored_names_the_target_its_room_and_the_whole_plan():
+    steps = [("", 0.0, HALLWAY), ("teleport to kitchen", 17.0, "You teleport to the kitchen."),
+             ("teleport to outside", 0.0, "You teleport to the outside."), ("look around", 0.0, OUTSIDE_LOOK),
+             ("focus on dove", 50.0, "You focus on the dove egg.")]  # fmt: skip
+    assert search_record(TASK, steps, key="e1") == (
+        "[from the record] The animal was the dove, in the outside: teleport to outside, then look around, then "
+        "focus on dove, then pick up dove, then teleport to kitchen, then move dove to red box."
+    )
+
+
+def test_nothing_found_lists_every_room_stood_in_and_draws_an_unsearched_room_per_episode():
+    steps = [("", 0.0, HALLWAY), ("teleport to kitchen", 17.0, "You teleport to the kitchen."),
+             ("look around", 0.0, KITCHEN_LOOK), ("focus on painting", -100.0, "You focus on the painting.")]  # fmt: skip
+    line = search_record(TASK, steps, key="e1")
+    head = "[from the record] No animal was found in: hallway, kitchen. Next time: teleport to "
+    assert line.startswith(head) and line.endswith(", then look around.")
+    assert search_record(TASK, steps, key="e1") == line  # the same episode, the same line
+    guesses = Counter(search_record(TASK, steps, key=f"e{i}")[len(head):].split(",")[0] for i in range(400))
+    # every one of the 8 unsearched rooms, about 50 times each (400 / 8), never a searched one
+    assert set(guesses) == set(SCIENCEWORLD_PLACES) - {"hallway", "kitchen"}
+    assert min(guesses.values()) > 25
+
+
+def test_notes_read_extend_the_search_and_keep_a_found_plan():
+    steps = [("", 0.0, HALLWAY), ("teleport to bedroom", 0.0, "You teleport to the bedroom.")]
+    searched = "[from the record] No animal was found in: hallway, workshop, greenhouse. Next time: teleport to x, then look around."
+    line = search_record(TASK, steps, [searched], key="e2")
+    assert line.startswith("[from the record] No animal was found in: hallway, bedroom, workshop, greenhouse. Next time: teleport to ")
+    found = search_record(TASK, [("", 0.0, HALLWAY), ("look around", 0.0, OUTSIDE_LOOK), ("focus on dove", 50.0, "ok")])
+    assert found == search_record(TASK, steps, [searched, found], key="e3")  # read but not replayed: kept
+    # every room searched: the line says so and guesses nothing
+    everywhere = f"[from the record] No animal was found in: {', '.join(SCIENCEWORLD_PLACES)}."
+    rest = [p for p in SCIENCEWORLD_PLACES if p not in ("hallway", "bedroom")]
+    assert search_record(TASK, steps, [everywhere]) == (
+        f"[from the record] No animal was found in: hallway, bedroom, {', '.join(rest)}."
+    )
+
+
+def test_find_plan_needs_the_box_in_the_task_text():
+    with pytest.raises(ValueError, match="names no box"):
+        find_plan("Your task is to find a(n) animal. First, focus on the thing.", "dove", "outside")
