@@ -26,6 +26,7 @@ Run:  PYTHONPATH=. .venv/bin/python benchmarks/bench_learning.py            (def
       ... --decoding action --choice-norm word [--choice-pmi]                (whole-action choice, both arms)
       ... --env scienceworld --task find-animal --step-limit 10 --eval-variations 10 --eval-repeats 2
           --skip-scienceworld                                                (the race on ScienceWorld, issue 47 bar 3)
+      ... --record-line                                                      (tips end with the record line: envs.sw_search on find tasks)
       ... --arms EMPO2 --threads 1 & ... --arms GRPO --threads 1; --merge DIR DIR  (two processes side by side)
       ... --result NAME                                                      (also benchmarks/results/NAME.json,
                                                                              rewritten every iteration; with --merge too)
@@ -64,7 +65,8 @@ def trap_config(arm: str, seed: int, args: argparse.Namespace) -> RunConfig:
     base = RunConfig(
         run_id=f"{arm.lower()}-seed{seed}",
         seed=seed,
-        env=EnvConfig(name=args.env, task=args.task, variations=tuple(args.variations), step_limit=args.step_limit),
+        env=EnvConfig(name=args.env, task=args.task, variations=tuple(args.variations), step_limit=args.step_limit,
+                      record_line=args.record_line),
         memory=MemoryConfig(embedder="minilm"),
         policy=policy_config(args),
         rollout=RolloutConfig(group_size=args.group_size, variations_per_iteration=args.variations_per_iteration),
@@ -313,6 +315,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="both arms: step-level credit weight ω (algo.step_advantage_coef; GiGPO: 1; default 0 = off)")
     ap.add_argument("--skip-flat-groups", action="store_true",
                     help="both arms: no update from a group whose task returns are all equal (algo.skip_flat_groups)")
+    ap.add_argument("--record-line", action="store_true",
+                    help="env.record_line: each tip ends with the environment's record of the episode (both arms; GRPO reads none)")
     ap.add_argument("--p-memory", type=float, default=None, help="EMPO²'s memory-rollout probability p (default: the config's)")
     ap.add_argument("--eval-variations", type=int, default=12,
                     help="test variations evaluated, at the start and the end (default: all 12 of the trap's "

@@ -12,6 +12,11 @@ partition starts empty for each seed.
 Per trial: success, and the share of episodes that stood outside (where every variation keeps its
 animals) and that focused on an animal (a focus that scored).
 
+`--start-note ROOM` asks the second half alone: each variation's memory starts with the line a search
+would write once it is ROOM's turn ("No animal was found in: <start room>. Next time: teleport to ROOM,
+then look around.", stored as a teacher's tip would be but not pinned, so the notes the trials write rank
+beside it by score): does a group sent to the right room find the animal, and does the next one follow?
+
     PYTHONPATH=. .venv/bin/python benchmarks/bench_sw_search.py --variations 150 157 164 --seeds 0 --trials 5
 
 find-animal is held out from every shipped adapter; these are dev variations (choose on dev).
@@ -33,6 +38,7 @@ import torch  # noqa: E402
 
 from empo2_studio.config import WARM_START_DIR, EnvConfig, MemoryConfig, RolloutConfig, RunConfig  # noqa: E402
 from empo2_studio.envs.places import SCIENCEWORLD_PLACES, place_in  # noqa: E402
+from empo2_studio.envs.room_notes import RECORD_PREFIX  # noqa: E402
 from empo2_studio.memory import make_embedder  # noqa: E402
 from empo2_studio.policy import load_policy  # noqa: E402
 from empo2_studio.rollout import play_group, seed_policy, write_group_tips  # noqa: E402
@@ -55,9 +61,16 @@ def episode_measures(episode) -> dict[str, float]:
     return dict(zip(MEASURES, (float(episode.won), float(outside), float(focused), tips), strict=True))
 
 
-def trials(trainer: Trainer, variation: int, seed: int, n_trials: int, temperature: float) -> list[dict[str, float]]:
-    """Trial 0 naive, trials 1…n memory, on one variation; each group's tips stored after it. One row per trial."""
+def trials(trainer: Trainer, variation: int, seed: int, n_trials: int, temperature: float,
+           start_note: str = "") -> list[dict[str, float]]:  # fmt: skip
+    """Trial 0 naive, trials 1…n memory, on one variation; each group's tips stored after it (the memory
+    first holding the `--start-note` line when `start_note` names a room). One row per trial."""
     rows = []
+    if start_note:
+        first = trainer.envs(1)[0].reset(TASK, variation).text
+        start = place_in(first, SCIENCEWORLD_PLACES)
+        trainer.store.add_tip(TASK, variation, f"{RECORD_PREFIX} No animal was found in: {start}. Next time: "
+                                               f"teleport to {start_note}, then look around.")  # fmt: skip
     for trial in range(n_trials + 1):
         mode = "naive" if trial == 0 else "memory"
         group_seed = seed * 1000 + variation * 10 + trial
@@ -84,6 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--group-size", type=int, default=8)
     ap.add_argument("--step-limit", type=int, default=10)
     ap.add_argument("--temperature", type=float, default=1.0, help="the training rollouts' (paper: 1.0)")
+    ap.add_argument("--start-note", default="", choices=["", *SCIENCEWORLD_PLACES], metavar="ROOM",
+                    help="each variation's memory starts with the search line that sends the agent to ROOM")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--warm-start", default=str(WARM_START_DIR / auto_warm_start("scienceworld")))
     ap.add_argument("--root", type=Path, default=None)
@@ -102,10 +117,10 @@ def main(argv: list[str] | None = None) -> int:
         cfg = RunConfig(run_id=f"sw-search-{seed}", seed=seed,
                         env=EnvConfig(name="scienceworld", task=TASK, variations=tuple(args.variations),
                                       step_limit=args.step_limit, record_line=True),
-                        memory=MemoryConfig(embedder="minilm"), rollout=RolloutConfig(group_size=args.group_size))  # fmt: skip
+                        memory=MemoryConfig(embedder="minilm", pin_curated=False), rollout=RolloutConfig(group_size=args.group_size))  # fmt: skip
         trainer = Trainer(cfg, Session.create(root, cfg), policy=policy, embedder=embedder)
         try:
-            rows = {v: trials(trainer, v, seed, args.trials, args.temperature) for v in args.variations}
+            rows = {v: trials(trainer, v, seed, args.trials, args.temperature, args.start_note) for v in args.variations}
         finally:
             trainer.close()
         # per measure: one list per trial, the variations' values in order
@@ -114,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     if any(not torch.equal(a, b) for a, b in zip(frozen, policy.trainable_parameters(), strict=True)):
         raise RuntimeError("the weights changed; the trials must run frozen")
     lines = [f"### Memory trials on {TASK}, frozen weights ({args.warm_start}), dev variations {args.variations}, "
-             f"seeds {args.seeds}, group {args.group_size}, step limit {args.step_limit}, T = {args.temperature} "
+             f"seeds {args.seeds}, start note {args.start_note or 'none'}, group {args.group_size}, step limit {args.step_limit}, T = {args.temperature} "
              "(mean over seeds and variations)", "",
              "| trial | " + " | ".join(MEASURES) + " |", "|---|" + "---|" * len(MEASURES)]  # fmt: skip
     for t in range(args.trials + 1):
@@ -123,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     table = "\n".join(lines)
     print("\n" + table + f"\n\n({time.perf_counter() - t0:.0f} s; sessions under {root})")
     write_result(args.result, __file__, argv, t0, args.seeds, per_seed, variations=args.variations,
-                 warm_start=args.warm_start, table=table)  # fmt: skip
+                 warm_start=args.warm_start, start_note=args.start_note, table=table)  # fmt: skip
     return 0
 
 
