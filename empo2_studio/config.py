@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from empo2_studio.types import DECODINGS, ENV_NAMES, MEMORY_STRUCTURES, NOTE_CONTEXTS, UPDATE_MODES, Decoding, EnvName, MemoryStructure, NoteContext, UpdateMode
+from empo2_studio.types import DECODINGS, ENV_NAMES, MEMORY_STRUCTURES, NOTE_CONTEXTS, PAPER_TIPS, UPDATE_MODES, Decoding, EnvName, MemoryStructure, NoteContext, PaperTips, UpdateMode
 
 Quantization = Literal["auto", "4bit", "8bit", "none"]
 Device = Literal["auto", "cpu", "cuda"]
@@ -75,9 +75,8 @@ class EnvConfig:
     step_limit: int | None = None
     """Max steps per episode; None = per-task default (30; 60 chemistry-mix; 120 melting point)."""
     record_line: bool = False
-    """Store the environment's own summary of each finished episode (`TextEnv.summarise_episode`: the
-    "[from the record] …" line of `envs.room_notes`) after the model's note in its tip. Off (the default
-    since the shipped note writer, `memory.note_writer`): a tip is only what the model wrote."""
+    """Store the environment's summary of each finished episode (`TextEnv.summarise_episode`: `envs.room_notes`,
+    `envs.sw_search`) after the model's note in its tip. Off (default since `memory.note_writer`): only the model's words."""
 
 
 @dataclass(frozen=True)
@@ -107,9 +106,8 @@ class PolicyConfig:
     """LoRA on the last N transformer layers only (autograd then stops there: the backward pass and
     its stored activations cover N layers, not all); None = the layout of the adapter the run starts from (`adapter` or the warm start, which adapts the embedded model's last 12 of 30), else every layer."""
     gradient_checkpointing: bool = True
-    """Recompute the adapted layers in the backward pass instead of keeping their activations
-    (`lora.checkpoint_adapted_layers`). Embedded model, trap, group 8 (bench_lesson part speed): peak RSS of an on-policy iteration 2.38 → 1.94 GB at the same 20 s, with-tips 5.42 → 3.40 GB
-    for +5 % time."""
+    """Recompute the adapted layers in the backward pass instead of keeping their activations (`lora.checkpoint_adapted_layers`).
+    Embedded model, trap, group 8 (bench_lesson part speed): peak RSS on-policy 2.38 → 1.94 GB at 20 s, with-tips 5.42 → 3.40 GB for +5 % time."""
     max_action_tokens: int = 32
     """Max new tokens per action (paper: 32)."""
     max_tip_tokens: int | None = None
@@ -146,6 +144,8 @@ class MemoryConfig:
     """flat: one list per variation, best score first (paper §2); structured: groups by place, ranked by similarity and used/helped counts; groups, flat-counts, structured-random: its ablations (docs/memory-structure.md)."""
     tip_token_budget: int = 0
     """Tokens of tips one prompt may show, cut in rank order (`prompts.budget_cut`; tokens counted by `prompts.tip_tokens`); 0: no budget."""
+    paper_tips: PaperTips = "entries"
+    """A "paper"-style prompt (ScienceWorld) shows every retrieved entry (the recipe) or, "best-note", the notes a compact one shows (`types.PaperTips`)."""
 
 
 @dataclass(frozen=True)
@@ -293,7 +293,7 @@ class RunConfig:
         _between("policy.lora_dropout", p.lora_dropout, 0.0, 1.0)
         _choice("policy.device", p.device, DEVICES)
         m = self.memory
-        for name, valid in (("embedder", EMBEDDER_NAMES), ("note_context", NOTE_CONTEXTS), ("structure", MEMORY_STRUCTURES)):
+        for name, valid in (("embedder", EMBEDDER_NAMES), ("note_context", NOTE_CONTEXTS), ("structure", MEMORY_STRUCTURES), ("paper_tips", PAPER_TIPS)):
             _choice(f"memory.{name}", getattr(m, name), valid)
         _between("memory.similarity_threshold", m.similarity_threshold, -1.0, 1.0)
         for name in ("top_k", "max_tips_per_partition"):
