@@ -55,7 +55,6 @@ from empo2_studio.policy import load_policy  # noqa: E402
 from empo2_studio.race import ARMS, race_verdict, reads_tips  # noqa: E402
 from empo2_studio.sessions import Session, auto_warm_start, default_sessions_root, fresh_dir  # noqa: E402
 from empo2_studio.trainer import Trainer  # noqa: E402
-from empo2_studio.types import PAPER_TIPS  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _results import add_result_option, write_result  # noqa: E402
@@ -68,7 +67,7 @@ def trap_config(arm: str, seed: int, args: argparse.Namespace) -> RunConfig:
         seed=seed,
         env=EnvConfig(name=args.env, task=args.task, variations=tuple(args.variations), step_limit=args.step_limit,
                       record_line=args.record_line),
-        memory=MemoryConfig(embedder="minilm", paper_tips=args.paper_tips),
+        memory=MemoryConfig(embedder="minilm"),
         policy=policy_config(args),
         rollout=RolloutConfig(group_size=args.group_size, variations_per_iteration=args.variations_per_iteration),
         train=TrainConfig(
@@ -318,8 +317,6 @@ def main(argv: list[str] | None = None) -> int:
                     help="both arms: no update from a group whose task returns are all equal (algo.skip_flat_groups)")
     ap.add_argument("--record-line", action="store_true",
                     help="env.record_line: each tip ends with the environment's record of the episode (both arms; GRPO reads none)")
-    ap.add_argument("--paper-tips", default="entries", choices=PAPER_TIPS,
-                    help="memory.paper_tips (ScienceWorld's prompt): every retrieved entry, or the best note once")
     ap.add_argument("--p-memory", type=float, default=None, help="EMPO²'s memory-rollout probability p (default: the config's)")
     ap.add_argument("--eval-variations", type=int, default=12,
                     help="test variations evaluated, at the start and the end (default: all 12 of the trap's "

@@ -19,7 +19,8 @@ beside it by score): does a group sent to the right room find the animal, and do
 
     PYTHONPATH=. .venv/bin/python benchmarks/bench_sw_search.py --variations 150 157 164 --seeds 0 --trials 5
 
-find-animal is held out from every shipped adapter; these are dev variations (choose on dev).
+find-animal is held out from every shipped adapter. `--split dev` (the default) is where choices are made;
+test variations are scored once, for the shipped default.
 """
 
 from __future__ import annotations
@@ -39,12 +40,12 @@ import torch  # noqa: E402
 from empo2_studio.config import WARM_START_DIR, EnvConfig, MemoryConfig, RolloutConfig, RunConfig  # noqa: E402
 from empo2_studio.envs.places import SCIENCEWORLD_PLACES, place_in  # noqa: E402
 from empo2_studio.envs.room_notes import RECORD_PREFIX  # noqa: E402
+from empo2_studio.envs.scienceworld import ScienceWorldEnv  # noqa: E402
 from empo2_studio.memory import make_embedder  # noqa: E402
 from empo2_studio.policy import load_policy  # noqa: E402
 from empo2_studio.rollout import play_group, seed_policy, write_group_tips  # noqa: E402
 from empo2_studio.sessions import Session, auto_warm_start, default_sessions_root, fresh_dir  # noqa: E402
 from empo2_studio.trainer import Trainer  # noqa: E402
-from empo2_studio.types import PAPER_TIPS  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _results import add_result_option, write_result  # noqa: E402
@@ -63,7 +64,7 @@ def episode_measures(episode) -> dict[str, float]:
 
 
 def trials(trainer: Trainer, variation: int, seed: int, n_trials: int, temperature: float,
-           start_note: str = "") -> list[dict[str, float]]:  # fmt: skip
+           start_note: str = "", split: str = "dev") -> list[dict[str, float]]:  # fmt: skip
     """Trial 0 naive, trials 1…n memory, on one variation; each group's tips stored after it (the memory
     first holding the `--start-note` line when `start_note` names a room). One row per trial."""
     rows = []
@@ -77,7 +78,7 @@ def trials(trainer: Trainer, variation: int, seed: int, n_trials: int, temperatu
         group_seed = seed * 1000 + variation * 10 + trial
         seed_policy(trainer.policy, group_seed)
         envs = trainer.envs(trainer.cfg.rollout.group_size)
-        eps = play_group(envs, trainer.policy, trainer.store, task=TASK, variation=variation, split="dev",
+        eps = play_group(envs, trainer.policy, trainer.store, task=TASK, variation=variation, split=split,
                          rollout_mode=mode, update_mode=None, temperature=temperature, seed=group_seed,
                          embedder=trainer.embedder, keep_caches=True)  # fmt: skip
         eps = write_group_tips(trainer.policy, trainer.store, eps, writer=trainer.writer, note_context=trainer.note_context)
@@ -92,7 +93,8 @@ def trials(trainer: Trainer, variation: int, seed: int, n_trials: int, temperatu
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--variations", type=int, nargs="+", default=[150, 157, 164], help="dev variations of find-animal")
+    ap.add_argument("--variations", type=int, nargs="+", default=[150, 157, 164], help="find-animal variations of --split")
+    ap.add_argument("--split", default="dev", choices=["train", "dev", "test"], help="choose on dev; test is scored once")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0])
     ap.add_argument("--trials", type=int, default=5, help="memory trials after the naive trial 0")
     ap.add_argument("--group-size", type=int, default=8)
@@ -100,8 +102,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--temperature", type=float, default=1.0, help="the training rollouts' (paper: 1.0)")
     ap.add_argument("--start-note", default="", choices=["", *SCIENCEWORLD_PLACES], metavar="ROOM",
                     help="each variation's memory starts with the search line that sends the agent to ROOM")
-    ap.add_argument("--paper-tips", default="entries", choices=PAPER_TIPS,
-                    help="memory.paper_tips: every retrieved entry (the recipe) or the best note once")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--warm-start", default=str(WARM_START_DIR / auto_warm_start("scienceworld")))
     ap.add_argument("--root", type=Path, default=None)
@@ -109,6 +109,11 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.trials < 1:
         ap.error(f"--trials must be ≥ 1, got {args.trials}")
+    if args.group_size < 2 or args.step_limit < 1:
+        ap.error(f"--group-size must be ≥ 2 and --step-limit ≥ 1, got {args.group_size} and {args.step_limit}")
+    split = ScienceWorldEnv().variations(TASK, args.split)  # the catalogue: no JVM starts
+    if bad := [v for v in args.variations if v not in split]:
+        ap.error(f"--variations {bad}: not find-animal {args.split} variations ({split[0]}–{split[-1]})")
     torch.set_num_threads(max(1, min(args.threads, os.cpu_count() or 1)))
     _, root = fresh_dir(args.root or default_sessions_root(), time.strftime("bench_sw_search-%Y%m%d-%H%M%S"))
     policy = load_policy(dataclasses.replace(RunConfig().policy, warm_start=args.warm_start))
@@ -120,10 +125,10 @@ def main(argv: list[str] | None = None) -> int:
         cfg = RunConfig(run_id=f"sw-search-{seed}", seed=seed,
                         env=EnvConfig(name="scienceworld", task=TASK, variations=tuple(args.variations),
                                       step_limit=args.step_limit, record_line=True),
-                        memory=MemoryConfig(embedder="minilm", pin_curated=False, paper_tips=args.paper_tips), rollout=RolloutConfig(group_size=args.group_size))  # fmt: skip
+                        memory=MemoryConfig(embedder="minilm", pin_curated=False), rollout=RolloutConfig(group_size=args.group_size))  # fmt: skip
         trainer = Trainer(cfg, Session.create(root, cfg), policy=policy, embedder=embedder)
         try:
-            rows = {v: trials(trainer, v, seed, args.trials, args.temperature, args.start_note) for v in args.variations}
+            rows = {v: trials(trainer, v, seed, args.trials, args.temperature, args.start_note, args.split) for v in args.variations}
         finally:
             trainer.close()
         # per measure: one list per trial, the variations' values in order
@@ -131,8 +136,8 @@ def main(argv: list[str] | None = None) -> int:
                                for m in MEASURES}  # fmt: skip
     if any(not torch.equal(a, b) for a, b in zip(frozen, policy.trainable_parameters(), strict=True)):
         raise RuntimeError("the weights changed; the trials must run frozen")
-    lines = [f"### Memory trials on {TASK}, frozen weights ({args.warm_start}), dev variations {args.variations}, "
-             f"seeds {args.seeds}, start note {args.start_note or 'none'}, tips shown: {args.paper_tips}, group {args.group_size}, step limit {args.step_limit}, T = {args.temperature} "
+    lines = [f"### Memory trials on {TASK}, frozen weights ({args.warm_start}), {args.split} variations {args.variations}, "
+             f"seeds {args.seeds}, start note {args.start_note or 'none'}, group {args.group_size}, step limit {args.step_limit}, T = {args.temperature} "
              "(mean over seeds and variations)", "",
              "| trial | " + " | ".join(MEASURES) + " |", "|---|" + "---|" * len(MEASURES)]  # fmt: skip
     for t in range(args.trials + 1):
@@ -141,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     table = "\n".join(lines)
     print("\n" + table + f"\n\n({time.perf_counter() - t0:.0f} s; sessions under {root})")
     write_result(args.result, __file__, argv, t0, args.seeds, per_seed, variations=args.variations,
-                 warm_start=args.warm_start, start_note=args.start_note, paper_tips=args.paper_tips, table=table)  # fmt: skip
+                 warm_start=args.warm_start, start_note=args.start_note, table=table)  # fmt: skip
     return 0
 
 

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from empo2_studio.types import DECODINGS, ENV_NAMES, MEMORY_STRUCTURES, NOTE_CONTEXTS, PAPER_TIPS, UPDATE_MODES, Decoding, EnvName, MemoryStructure, NoteContext, PaperTips, UpdateMode
+from empo2_studio.types import DECODINGS, ENV_NAMES, MEMORY_STRUCTURES, NOTE_CONTEXTS, UPDATE_MODES, Decoding, EnvName, MemoryStructure, NoteContext, UpdateMode
 
 Quantization = Literal["auto", "4bit", "8bit", "none"]
 Device = Literal["auto", "cpu", "cuda"]
@@ -144,8 +144,6 @@ class MemoryConfig:
     """flat: one list per variation, best score first (paper §2); structured: groups by place, ranked by similarity and used/helped counts; groups, flat-counts, structured-random: its ablations (docs/memory-structure.md)."""
     tip_token_budget: int = 0
     """Tokens of tips one prompt may show, cut in rank order (`prompts.budget_cut`; tokens counted by `prompts.tip_tokens`); 0: no budget."""
-    paper_tips: PaperTips = "entries"
-    """A "paper"-style prompt (ScienceWorld) shows every retrieved entry (the recipe) or, "best-note", the notes a compact one shows (`types.PaperTips`)."""
 
 
 @dataclass(frozen=True)
@@ -293,7 +291,7 @@ class RunConfig:
         _between("policy.lora_dropout", p.lora_dropout, 0.0, 1.0)
         _choice("policy.device", p.device, DEVICES)
         m = self.memory
-        for name, valid in (("embedder", EMBEDDER_NAMES), ("note_context", NOTE_CONTEXTS), ("structure", MEMORY_STRUCTURES), ("paper_tips", PAPER_TIPS)):
+        for name, valid in (("embedder", EMBEDDER_NAMES), ("note_context", NOTE_CONTEXTS), ("structure", MEMORY_STRUCTURES)):
             _choice(f"memory.{name}", getattr(m, name), valid)
         _between("memory.similarity_threshold", m.similarity_threshold, -1.0, 1.0)
         for name in ("top_k", "max_tips_per_partition"):

@@ -42,11 +42,6 @@ NoteContext = Literal["auto", "episode", "observation"]
 (`memory.reflection.write_observation_notes`); auto: what the note writer was trained on
 (`policy.note_writer.note_context`)."""
 
-PaperTips = Literal["entries", "best-note"]
-"""How a "paper"-style prompt shows retrieved tips: every entry with its step's action and the episode's
-score (the recipe's `<tip>` block), or as the compact prompt does (`prompts.compact_notes_cut`: pinned
-curated tips, else the best-scored note, once, from its first unplayed plan step; `rollout.retrieval`)."""
-
 MemoryStructure = Literal["flat", "structured", "groups", "flat-counts", "structured-random"]
 """How the tip memory is organised: one list per variation ranked by score (paper §2), or groups by task
 and place with used/helped counts, merges and a cap per group (`memory.structure`, docs/memory-structure.md);
@@ -61,7 +56,6 @@ DECODINGS: tuple[Decoding, ...] = get_args(Decoding)
 TIP_ORIGINS: tuple[TipOrigin, ...] = get_args(TipOrigin)
 NOTE_CONTEXTS: tuple[NoteContext, ...] = get_args(NoteContext)
 MEMORY_STRUCTURES: tuple[MemoryStructure, ...] = get_args(MemoryStructure)
-PAPER_TIPS: tuple[PaperTips, ...] = get_args(PaperTips)
 
 
 def rollout_mode_of(update_mode: UpdateMode) -> RolloutMode:

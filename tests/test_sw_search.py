@@ -64,3 +64,29 @@ def test_notes_read_extend_the_search_and_keep_a_found_plan():
 def test_find_plan_needs_the_box_in_the_task_text():
     with pytest.raises(ValueError, match="names no box"):
         find_plan("Your task is to find a(n) animal. First, focus on the thing.", "dove", "outside")
+
+
+@pytest.mark.scienceworld
+def test_a_played_scienceworld_episode_carries_the_search_line_and_a_rerun_writes_the_same():
+    from fakes import ScriptedPolicy
+
+    from empo2_studio.envs.scienceworld import ScienceWorldEnv
+    from empo2_studio.rollout import play_group
+
+    def play(env, actions):
+        policy = ScriptedPolicy(lambda req: actions[min(len(req.turns) - 1, len(actions) - 1)])
+        [ep] = play_group([env], policy, None, task="find-animal", variation=0, split="train", rollout_mode="naive",
+                          update_mode=None, temperature=1.0, seed=7)  # fmt: skip
+        return ep
+
+    with ScienceWorldEnv(step_limit=4) as env:
+        found = play(env, ["teleport to outside", "look around", "focus on dove"])
+        assert found.record == (  # variation 0: start in the hallway, the red box in the kitchen
+            "[from the record] The animal was the dove, in the outside: teleport to outside, then look around, then "
+            "focus on dove, then pick up dove, then teleport to kitchen, then move dove to red box."
+        )
+        missed = play(env, ["teleport to kitchen", "look around", "focus on painting"])
+        head = "[from the record] No animal was found in: hallway, kitchen. Next time: teleport to "
+        assert missed.record.startswith(head) and missed.record[len(head):].split(",")[0] not in ("hallway", "kitchen")
+        assert play(env, ["teleport to kitchen", "look around", "focus on painting"]).record == missed.record
+    assert ScienceWorldEnv(record_line=False).summarise_episode(found) is None  # the option off: no line

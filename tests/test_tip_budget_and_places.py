@@ -66,8 +66,8 @@ def test_the_budget_is_a_memory_setting_off_by_default_and_checked():
 class _FakeStore:
     """A flat memory that always finds the same three entries (rank order a, b, c)."""
 
-    def __init__(self, budget: int, paper_tips: str = "entries") -> None:
-        self.cfg = MemoryConfig(tip_token_budget=budget, paper_tips=paper_tips)
+    def __init__(self, budget: int) -> None:
+        self.cfg = MemoryConfig(tip_token_budget=budget)
 
     def retrieve_explained(self, task, variation, queries):
         found = [tip("a", NOTE_A + SUFFIX + "go to kitchen"), tip("b", NOTE_C + SUFFIX + "look around"), tip("c", NOTE_A)]
@@ -94,21 +94,6 @@ def test_a_compact_prompt_keeps_its_one_note_rule_then_the_budget():
     assert [t.tip_id for t in found[0]] == ["a", "c"] and [t.tip_id for t in skipped[0]] == ["b", "z"]
     found, skipped = retrieve_tips(_FakeStore(6), [_running("compact")], ["obs"], TASK, Timings())
     assert found[0] == [] and [t.tip_id for t in skipped[0]][:2] == ["a", "c"]
-
-
-def test_best_note_shows_a_paper_prompt_the_compact_notes_once_without_their_step_suffix():
-    # entries (the recipe): all three entries as stored, suffixes included
-    found, _ = retrieve_tips(_FakeStore(0), [_running("paper")], ["obs"], TASK, Timings())
-    assert [t.text for t in found[0]] == [NOTE_A + SUFFIX + "go to kitchen", NOTE_C + SUFFIX + "look around", NOTE_A]
-    # best-note: the first distinct note (a's, which c repeats) once, as a's entry; b cut as a second note
-    found, skipped = retrieve_tips(_FakeStore(0, "best-note"), [_running("paper")], ["obs"], TASK, Timings())
-    assert [(t.tip_id, t.text) for t in found[0]] == [("a", NOTE_A)] and [t.tip_id for t in skipped[0]] == ["b", "z"]
-    assert prompts.tips_block(found[0], "paper") == f"\n\n<tip> {prompts.TIPS_HEADER}\n{NOTE_A}\n</tip>\n\n"
-    # with a budget, the note costs its own 7 tokens, not the entry's 18
-    found, _ = retrieve_tips(_FakeStore(7, "best-note"), [_running("paper")], ["obs"], TASK, Timings())
-    assert [t.text for t in found[0]] == [NOTE_A]
-    with pytest.raises(ValueError, match=r"memory.paper_tips must be one of \['entries', 'best-note'\], got 'notes'"):
-        RunConfig(memory=MemoryConfig(paper_tips="notes")).validate()
 
 
 # ---- wrong-place tips --------------------------------------------------------------------------------------

@@ -384,7 +384,9 @@ class ScienceWorldEnv:
             return None
         if find_category(episode.task_description):
             read = list(dict.fromkeys(t.text for s in episode.steps for t in s.tips))
-            line = search_record(episode.task_description, episode_steps(episode), read, key=episode.episode_id)
+            # the draw's key: what the episode did and its group's seed (an id is random: a rerun would differ)
+            key = f"{episode.seed}|{episode.variation}|" + " > ".join(s.action for s in episode.steps)
+            line = search_record(episode.task_description, episode_steps(episode), read, key=key)
         else:
             line = episode_record(episode)
         return line or None

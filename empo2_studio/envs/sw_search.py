@@ -19,7 +19,8 @@ docs/notebook/2026-12-07-sw-race-probe.md). This line reads what an episode can 
 
       [from the record] No animal was found in: hallway, kitchen. Next time: teleport to workshop, then look around.
 
-  The room to try is drawn at random among the unsearched ones (seeded by `key`, the episode's id), so
+  The room to try is drawn at random among the unsearched ones (seeded by `key`: the episode's group
+  seed and actions, so a rerun writes the same lines), so
   the notes of one group name different rooms and a later memory group, which reads several of them,
   spreads over the house instead of every episode walking to the same guess. The draw knows no more than
   the step's "teleport to …" actions offer: which rooms exist, not where anything is.
@@ -86,7 +87,7 @@ def search_record(
             with action "" (`room_notes.episode_steps`). Rewards are score differences (−100…100 scale).
         notes_read: the notes the episode read: a found line among them is repeated when this episode found
             nothing itself (its plan stays known); the rooms their not-found lines list count as searched.
-        key: seeds the draw of the room to try (the episode's id: the same episode, the same line).
+        key: seeds the draw of the room to try (the same key, the same line).
     """
     category = find_category(task_description)
     if not category:

@@ -8,7 +8,7 @@ step and whenever the observation puts the agent in a new place (`TextEnv.place_
 naming no place keeps the place it had), with that place; the steps between show the tips fetched on
 entering, so the notes of one room stay put while the agent acts in it.
 
-Both: compact prompts (and "paper" ones with `memory.paper_tips = "best-note"`) show the first distinct notes only and plans from their first unplayed step
+Both: compact prompts show the first distinct notes only and plans from their first unplayed step
 (`prompts.compact_notes_cut`, `prompts.with_plan_progress`), applied at every step; then, with
 `memory.tip_token_budget` > 0, the tips are cut in rank order to that many tokens (`prompts.budget_cut`),
 so every memory (every experiment arm) shows at most the same number of tip tokens.
@@ -17,7 +17,6 @@ so every memory (every experiment arm) shows at most the same number of tip toke
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from empo2_studio.policy import prompts
@@ -76,22 +75,15 @@ def retrieve_tips(
         where = {} if places is None else {"places": [places[k] for k in mine]}
         for k, got in zip(mine, store.retrieve_explained(task, variation, queries, **where)):
             running[ask[k]].held = got
-    cfg = getattr(store, "cfg", None)  # a test's fake store has no config
-    budget, notes = getattr(cfg, "tip_token_budget", 0), getattr(cfg, "paper_tips", "entries") == "best-note"
+    budget = getattr(getattr(store, "cfg", None), "tip_token_budget", 0)  # a test's fake store has no config
     for i in wanted:
         tips, miss = running[i].held
         found[i], skipped[i] = list(tips), list(miss)
-        style = running[i].prompt_style
-        if style == "compact" or notes:
+        if running[i].prompt_style == "compact":
             found[i], cut = prompts.compact_notes_cut(found[i])
             why = [prompts.compact_cut_reason(found[i], t) for t in cut]
             skipped[i] = [SkippedTip(t.tip_id, t.text, t.score, t.similarity, w) for t, w in zip(cut, why)] + skipped[i]
             found[i] = [prompts.with_plan_progress(t, [a for _, a in running[i].pairs]) for t in found[i]]
-        if style != "compact" and notes:  # the paper's block, each note once without its entry's step suffix
-            first: dict[str, RetrievedTip] = {}
-            for t in found[i]:
-                first.setdefault(prompts.note_text(t.text), t)
-            found[i] = [replace(t, text=note) for note, t in first.items()]
         if budget:
             found[i], over = prompts.budget_cut(found[i], budget, running[i].prompt_style)
             why = f"over the tip token budget ({budget} tokens, memory.tip_token_budget)"

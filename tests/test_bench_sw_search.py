@@ -1,0 +1,51 @@
+"""benchmarks/bench_sw_search.py refuses bad arguments before a model loads or a simulator starts, and
+counts per episode what the search did."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from empo2_studio.types import ActionSample, Episode, RetrievedTip, Step
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--variations", "0"], "--variations [0]: not find-animal dev variations (150–224)"),
+    (["--split", "test", "--variations", "150"], "--variations [150]: not find-animal test variations (225–299)"),
+    (["--trials", "0"], "--trials must be ≥ 1, got 0"),
+    (["--group-size", "1"], "--group-size must be ≥ 2 and --step-limit ≥ 1, got 1 and 10"),
+    (["--start-note", "garden"], "argument --start-note: invalid choice: 'garden'"),
+])  # fmt: skip
+def test_bad_arguments_are_refused_by_name(argv, message, capsys):
+    import bench_sw_search as bench
+
+    with pytest.raises(SystemExit):
+        bench.main(argv)
+    assert message in capsys.readouterr().err
+
+
+def _step(i: int, action: str, reward: float, observation: str, tips: int) -> Step:
+    return Step(index=i, user_message="", tips=tuple(RetrievedTip(f"t{k}", "note", 0.0, 0.9) for k in range(tips)),
+                valid_actions=(action,), sample=ActionSample(text=action, token_ids=(1,), logprobs=(0.0,)),
+                action=action, corrected=False, reward=reward, score=0.0, observation=observation)  # fmt: skip
+
+
+def test_episode_measures_read_outside_a_scoring_focus_and_tips_per_step():
+    import bench_sw_search as bench
+
+    steps = (_step(0, "teleport to outside", 0.0, "You teleport to the outside.", 2),
+             _step(1, "focus on dove", 50.0, "You focus on the dove egg.", 1),
+             _step(2, "pick up dove", 0.0, "You move the dove egg to the inventory.", 0))  # fmt: skip
+    ep = Episode(episode_id="e", env="scienceworld", task="find-animal", variation=150, split="dev",
+                 rollout_mode="memory", update_mode=None, decoding="constrained", temperature=1.0, seed=0,
+                 steps=steps, score=75.0, won=False, first_observation="This room is called the kitchen.")  # fmt: skip
+    assert bench.episode_measures(ep) == {"success": 0.0, "stood outside": 1.0, "focused on an animal": 1.0,
+                                          "tips read per step": 1.0}  # (2 + 1 + 0) / 3  # fmt: skip
+    indoors = replace(ep, steps=(_step(0, "focus on picture", -100.0, "You focus on the picture.", 0),))
+    assert bench.episode_measures(indoors) == {"success": 0.0, "stood outside": 0.0, "focused on an animal": 0.0,
+                                               "tips read per step": 0.0}  # fmt: skip
