@@ -12,6 +12,10 @@ partition starts empty for each seed.
 Per trial: success, and the share of episodes that stood outside (where every variation keeps its
 animals) and that focused on an animal (a focus that scored).
 
+`--part lines` scores, without playing, what each form of a line makes of the winning plan: per
+dev variation, P(each action of the plan) token-level along it (as sampled, T = 1) with the line in view
+(`bench_scienceworld.path_turns`, the note cut to its unplayed steps as a memory step shows it).
+
 `--start-note ROOM` asks the second half alone: each variation's memory starts with the line a search
 would write once it is ROOM's turn ("No animal was found in: <start room>. Next time: teleport to ROOM,
 then look around.", stored as a teacher's tip would be but not pinned, so the notes the trials write rank
@@ -91,8 +95,51 @@ def trials(trainer: Trainer, variation: int, seed: int, n_trials: int, temperatu
     return rows
 
 
+LINE_FORMS = {
+    "none": None,
+    "search line, outside next": "{r} No animal was found in: {start}. Next time: teleport to outside, then look around.",
+    "found line (colon)": "{r} The animal was the {animal}, in the outside: {plan}.",
+    "found line (Next time)": "{r} The animal was the {animal}, in the outside. Next time: {plan}.",
+    "found line (plan alone)": "{r} Next time: {plan}.",
+    "found line (is outside)": "{r} The animal is outside: {plan}.",
+    "found line (the X was outside)": "{r} The {animal} was outside. Next time: {plan}.",
+    "the Lesson's tip": "Animals are never indoors: {plan}.",
+}
+"""The lines `--part lines` scores: {r} the record prefix, {start} the start room, {plan} the winning plan."""
+
+
+def part_lines(policy, variations: list[int]) -> tuple[str, dict]:
+    """P(each action of the winning plan) along it, per line form (`LINE_FORMS`), mean over `variations`."""
+    from bench_scienceworld import path_turns
+
+    from empo2_studio.lesson.scienceworld import TIP_OPENING, curated_tip
+    from empo2_studio.policy import prompts
+
+    out: dict = {}
+    lines = ["| line | " + " | ".join(f"step {k + 1}" for k in range(6)) + " | P(whole plan) |", "|---|" + "---|" * 7]
+    with ScienceWorldEnv(step_limit=10) as env:
+        plans = {v: curated_tip(TASK, v, env)[len(TIP_OPENING):].rstrip(".").split(prompts.PLAN_SEPARATOR) for v in variations}
+        starts = {v: place_in(env.reset(TASK, v).text, SCIENCEWORLD_PLACES) for v in variations}
+        for name, form in LINE_FORMS.items():
+            rows = []
+            for v in variations:
+                plan = plans[v]
+                note = None if form is None else form.format(r=RECORD_PREFIX, start=starts[v], animal=plan[2][len("focus on "):],
+                                                             plan=prompts.PLAN_SEPARATOR.join(plan))  # fmt: skip
+                turns = path_turns(env, policy, TASK, v, plan, note)
+                with torch.no_grad():
+                    rows.append([float(lp.sum().exp()) for lp in policy.score([turns])[0]])
+            means = [statistics.fmean(r[k] for r in rows) for k in range(len(rows[0]))]
+            whole = statistics.fmean(float(torch.tensor(r).prod()) for r in rows)
+            out[name] = {"per_variation": rows, "mean": means, "whole": whole}
+            lines.append(f"| {name} | " + " | ".join(f"{p:.2f}" for p in means) + f" | {whole:.2f} |")
+            print(lines[-1], flush=True)
+    return "\n".join(lines), out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--part", default="trials", choices=["trials", "lines"])
     ap.add_argument("--variations", type=int, nargs="+", default=[150, 157, 164], help="find-animal variations of --split")
     ap.add_argument("--split", default="dev", choices=["train", "dev", "test"], help="choose on dev; test is scored once")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0])
@@ -118,6 +165,14 @@ def main(argv: list[str] | None = None) -> int:
     _, root = fresh_dir(args.root or default_sessions_root(), time.strftime("bench_sw_search-%Y%m%d-%H%M%S"))
     policy = load_policy(dataclasses.replace(RunConfig().policy, warm_start=args.warm_start))
     frozen = [p.detach().clone() for p in policy.trainable_parameters()]
+    if args.part == "lines":
+        t0 = time.perf_counter()
+        table, results = part_lines(policy, args.variations)
+        print(f"\n### P(each action of the winning plan) with each line in view, {args.split} variations "
+              f"{args.variations}\n\n{table}")  # fmt: skip
+        write_result(args.result, __file__, argv, t0, [], results, variations=args.variations,
+                     warm_start=args.warm_start, table=table)  # fmt: skip
+        return 0
     embedder = make_embedder("minilm")
     t0 = time.perf_counter()
     per_seed: dict[str, dict[str, list[list[float]]]] = {}
