@@ -19,7 +19,8 @@ dev variation, P(each action of the plan) token-level along it (as sampled, T = 
 `--start-note ROOM` asks the second half alone: each variation's memory starts with the line a search
 would write once it is ROOM's turn ("No animal was found in: <start room>. Next time: teleport to ROOM,
 then look around.", stored as a teacher's tip would be but not pinned, so the notes the trials write rank
-beside it by score): does a group sent to the right room find the animal, and does the next one follow?
+beside it by score; the naive trial 0 then writes none, which would outrank it): does a group sent to the
+right room find the animal, and does the next one follow?
 
     PYTHONPATH=. .venv/bin/python benchmarks/bench_sw_search.py --variations 150 157 164 --seeds 0 --trials 5
 
@@ -85,7 +86,11 @@ def trials(trainer: Trainer, variation: int, seed: int, n_trials: int, temperatu
         eps = play_group(envs, trainer.policy, trainer.store, task=TASK, variation=variation, split=split,
                          rollout_mode=mode, update_mode=None, temperature=temperature, seed=group_seed,
                          embedder=trainer.embedder, keep_caches=True)  # fmt: skip
-        eps = write_group_tips(trainer.policy, trainer.store, eps, writer=trainer.writer, note_context=trainer.note_context)
+        if trial == 0 and start_note:  # the start note stands for what a search wrote before: trial 0's notes would outrank it
+            for e in eps:
+                trainer.policy.forget(e.episode_id)
+        else:
+            eps = write_group_tips(trainer.policy, trainer.store, eps, writer=trainer.writer, note_context=trainer.note_context)
         trainer.session.append_episodes(eps)
         per = [episode_measures(e) for e in eps]
         row = {m: statistics.fmean(p[m] for p in per) for m in MEASURES}
