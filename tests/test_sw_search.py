@@ -28,7 +28,7 @@ def test_a_focus_that_scored_names_the_target_its_room_and_the_whole_plan():
              ("teleport to outside", 0.0, "You teleport to the outside."), ("look around", 0.0, OUTSIDE_LOOK),
              ("focus on dove", 50.0, "You focus on the dove egg.")]  # fmt: skip
     assert search_record(TASK, steps, key="e1") == (
-        "[from the record] The animal was the dove, in the outside: teleport to outside, then look around, then "
+        "[from the record] Next time: teleport to outside, then look around, then "
         "focus on dove, then pick up dove, then teleport to kitchen, then move dove to red box."
     )
 
@@ -82,7 +82,7 @@ def test_a_played_scienceworld_episode_carries_the_search_line_and_a_rerun_write
     with ScienceWorldEnv(step_limit=4) as env:
         found = play(env, ["teleport to outside", "look around", "focus on dove"])
         assert found.record == (  # variation 0: start in the hallway, the red box in the kitchen
-            "[from the record] The animal was the dove, in the outside: teleport to outside, then look around, then "
+            "[from the record] Next time: teleport to outside, then look around, then "
             "focus on dove, then pick up dove, then teleport to kitchen, then move dove to red box."
         )
         missed = play(env, ["teleport to kitchen", "look around", "focus on painting"])
