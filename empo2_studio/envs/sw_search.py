@@ -21,7 +21,8 @@ docs/notebook/2026-12-07-sw-race-probe.md). This line reads what an episode can 
 
       [from the record] No animal was found in: hallway, kitchen. Next time: teleport to workshop, then look around.
 
-  The room to try is drawn at random among the unsearched ones (seeded by `key`: the episode's group
+  The room to try is drawn at random among the rooms not yet stood in (all but the last, once every room
+  was: standing in a room is not searching it) (seeded by `key`: the episode's group
   seed and actions, so a rerun writes the same lines), so
   the notes of one group name different rooms and a later memory group, which reads several of them,
   spreads over the house instead of every episode walking to the same guess. The draw knows no more than
@@ -112,11 +113,11 @@ def search_record(
                 searched += [r.strip() for r in rooms.split(",") if r.strip() and r.strip() not in searched]
     if not searched:
         return ""
-    line = f"{RECORD_PREFIX} No {category} was found in: {', '.join(searched)}."
-    left = [p for p in SCIENCEWORLD_PLACES if p not in searched]
-    if left:
-        line += f" Next time: teleport to {random.Random(key).choice(left)}{PLAN_SEPARATOR}look around."
-    return line
+    # Standing in a room is not searching it (an agent outside that focused on the axe saw the animals),
+    # so once every room was stood in without a find, the draw starts a second pass over all but the last.
+    left = [p for p in SCIENCEWORLD_PLACES if p not in searched] or [p for p in SCIENCEWORLD_PLACES if p != searched[-1]]
+    return (f"{RECORD_PREFIX} No {category} was found in: {', '.join(searched)}. "
+            f"Next time: teleport to {random.Random(key).choice(left)}{PLAN_SEPARATOR}look around.")
 
 
 def _found(task_description: str, target: str, room: str) -> str:
