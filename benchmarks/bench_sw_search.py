@@ -76,6 +76,8 @@ def trials(trainer: Trainer, variation: int, seed: int, n_trials: int, temperatu
     if start_note:
         first = trainer.envs(1)[0].reset(TASK, variation).text
         start = place_in(first, SCIENCEWORLD_PLACES)
+        if start in (None, start_note):
+            raise ValueError(f"variation {variation} starts in {start!r}: the start note to {start_note!r} would say nothing")
         trainer.store.add_tip(TASK, variation, f"{RECORD_PREFIX} No animal was found in: {start}. Next time: "
                                                f"teleport to {start_note}, then look around.")  # fmt: skip
     for trial in range(n_trials + 1):

@@ -54,13 +54,50 @@ def test_notes_read_extend_the_search_and_keep_a_found_plan():
     found = search_record(TASK, [("", 0.0, HALLWAY), ("look around", 0.0, OUTSIDE_LOOK), ("focus on dove", 50.0, "ok")])
     assert found == search_record(TASK, steps, [searched, found], key="e3")  # read but not replayed: kept
     # every room stood in without a find (an agent outside may have focused on the axe): a second pass
-    # draws from every room but the last one listed, never a dead end
+    # draws from every room but the one this episode ended in (the bedroom), never a dead end
     everywhere = f"[from the record] No animal was found in: {', '.join(SCIENCEWORLD_PLACES)}."
     rest = [p for p in SCIENCEWORLD_PLACES if p not in ("hallway", "bedroom")]
     head = f"[from the record] No animal was found in: hallway, bedroom, {', '.join(rest)}. Next time: teleport to "
     second = {search_record(TASK, steps, [everywhere], key=f"k{i}") for i in range(200)}
     assert all(line.startswith(head) for line in second)
-    assert {line[len(head):].split(",")[0] for line in second} == set(SCIENCEWORLD_PLACES) - {rest[-1]}
+    assert {line[len(head):].split(",")[0] for line in second} == set(SCIENCEWORLD_PLACES) - {"bedroom"}
+
+
+def test_only_the_record_part_of_a_note_counts_and_only_rooms_that_exist():
+    steps = [("", 0.0, HALLWAY)]
+    # the model's own sentence before the record copies a plan and a room list: neither is read
+    copied = ("[the model's note] Next time: teleport to kitchen, then look around, then focus on painting, then pick "
+              "up painting. No animal was found in: outside. [from the record] No animal was found in: hallway, "
+              "garden, living room. Next time: teleport to art studio, then look around.")  # fmt: skip
+    line = search_record(TASK, steps, [copied], key="k")
+    assert line.startswith("[from the record] No animal was found in: hallway, living room. Next time: teleport to ")
+    guesses = {search_record(TASK, steps, [copied], key=f"k{i}").split("teleport to ")[-1].split(",")[0] for i in range(200)}
+    assert guesses == set(SCIENCEWORLD_PLACES) - {"hallway", "living room"}  # outside stays open; no "garden"
+
+
+def test_a_found_plan_read_is_not_repeated_after_its_focus_failed_and_a_carried_target_keeps_its_room():
+    found = search_record(TASK, [("", 0.0, HALLWAY), ("look around", 0.0, OUTSIDE_LOOK), ("focus on dove", 50.0, "ok")])
+    failed = [("", 0.0, HALLWAY), ("teleport to outside", 0.0, "You teleport to the outside."),
+              ("focus on dove", -100.0, "You focus on the dove egg.")]  # fmt: skip
+    assert search_record(TASK, failed, [found], key="k").startswith("[from the record] No animal was found in: hallway, outside.")
+    carried = [("", 0.0, HALLWAY), ("teleport to outside", 0.0, "You teleport to the outside."),
+               ("pick up dove", 0.0, "You move the dove egg to the inventory."),
+               ("teleport to kitchen", 17.0, "You teleport to the kitchen."), ("focus on dove", 50.0, "You focus on the dove egg.")]  # fmt: skip
+    assert search_record(TASK, carried) == found  # picked up outside: the plan starts outside, not in the kitchen
+
+
+def test_multi_word_categories_targets_rooms_and_boxes():
+    task = ("Your task is to find a(n) non-living thing. First, focus on the thing. Then, move it to the purple box "
+            "in the living room.")  # fmt: skip
+    assert find_category(task) == "non-living thing"
+    steps = [("", 0.0, HALLWAY), ("teleport to art studio", 0.0, "You teleport to the art studio."),
+             ("focus on large jar", 50.0, "You focus on the large jar.")]  # fmt: skip
+    found = search_record(task, steps)
+    assert found == ("[from the record] Next time: teleport to art studio, then look around, then focus on large jar, "
+                     "then pick up large jar, then teleport to living room, then move large jar to purple box.")  # fmt: skip
+    assert search_record(task, [("", 0.0, HALLWAY)], [found]) == found
+    assert find_category("Your task is to find a(n) animal. First, focus on the thing.") == ""  # no box: no plan
+    assert search_record("Your task is to find a(n) animal. First, focus on the thing.", steps) == ""
 
 
 def test_find_plan_needs_the_box_in_the_task_text():

@@ -7,7 +7,8 @@ on, here "the thing", so on these tasks it could only list the actions that scor
 "teleport to kitchen": the task's partial credit for the box's room, which points away from the animals;
 docs/notebook/2026-12-07-sw-race-probe.md). This line reads what an episode can know instead:
 
-- **found**: a "focus on X" that scored means X is a(n) <category>, in the room the agent stood in. The
+- **found**: a "focus on X" that scored means X is a(n) <category>, in the room the agent stood in (or
+  picked X up in, when it carried X there first). The
   line is the whole plan in the valid actions' words and nothing else, the form the ScienceWorld adapter
   follows best (P(whole plan) along it 0.84 on six dev variations, against 0.16 for "The animal was the
   dove, in the outside: …" and 0.36 for "… in the outside. Next time: …";
@@ -17,16 +18,16 @@ docs/notebook/2026-12-07-sw-race-probe.md). This line reads what an episode can 
       up dove, then teleport to kitchen, then move dove to red box.
 
 - **not found**: every room the episode stood in (start, "You teleport to the X.", "This room is called
-  the X.") and the rooms the notes it read had searched, then one room not yet searched to try next:
+  the X.") and the rooms the notes it read list, then one room to try next:
 
       [from the record] No animal was found in: hallway, kitchen. Next time: teleport to workshop, then look around.
 
-  The room to try is drawn at random among the rooms not yet stood in (all but the last, once every room
-  was: standing in a room is not searching it) (seeded by `key`: the episode's group
-  seed and actions, so a rerun writes the same lines), so
-  the notes of one group name different rooms and a later memory group, which reads several of them,
-  spreads over the house instead of every episode walking to the same guess. The draw knows no more than
-  the step's "teleport to …" actions offer: which rooms exist, not where anything is.
+  The room to try is drawn at random (seeded by `key`) among the ten rooms of the house and yard not yet
+  stood in. Standing in a room is not searching it (an agent outside that focused on the axe stood among
+  the animals), so once every room was stood in, the draw starts a second pass over all but the room the
+  episode ended in. A memory step shows one note, the best-scored (`prompts.compact_notes_cut`), so a
+  memory group goes where that note says: about one new room per trial. The draw knows which rooms exist,
+  not where anything is.
 
 Departure (not in the paper): the paper's 7B policy writes its own tips; the embedded 135M model writes
 nothing a later episode can use on ScienceWorld, so this line stands in for that reflection
@@ -50,7 +51,8 @@ _NOT_FOUND = re.compile(r"No ([\w -]+?) was found in: ([^.]*)\.")
 
 
 def find_category(task_description: str) -> str:
-    """The category a ScienceWorld find task asks for ("animal", "living thing"); "" for any other task.
+    """The category a ScienceWorld find task asks for ("animal", "living thing"); "" for any other task,
+    and for a find task whose text names no box and room (`find_plan` could not finish it).
 
     >>> find_category("Your task is to find a(n) animal. First, focus on the thing. Then, move it to the red box in the kitchen.")
     'animal'
@@ -58,7 +60,7 @@ def find_category(task_description: str) -> str:
     ''
     """
     m = _FIND.search(task_description)
-    return m.group(1).strip() if m else ""
+    return m.group(1).strip() if m and _BOX.search(task_description) else ""
 
 
 def find_plan(task_description: str, target: str, room: str) -> list[str]:
@@ -82,41 +84,52 @@ def find_plan(task_description: str, target: str, room: str) -> list[str]:
 def search_record(
     task_description: str, steps: Sequence[tuple[str, float, str]], notes_read: Sequence[str] = (), *, key: str = ""
 ) -> str:
-    """The record line of one episode of a find task (module docstring); "" for a task that is not one.
+    """The record line of one episode of a find task (module docstring); "" for a task that is not one
+    (or a find task whose text names no box: no plan could be finished). Never raises.
 
     Args:
         task_description: the task text (`find_category` reads the category, `find_plan` the box).
         steps: (executed action, reward, observation after it) per step, the first observation as a step
             with action "" (`room_notes.episode_steps`). Rewards are score differences (−100…100 scale).
-        notes_read: the notes the episode read: a found line among them is repeated when this episode found
-            nothing itself (its plan stays known); the rooms their not-found lines list count as searched.
+        notes_read: the notes the episode read; only their record part (after the last `RECORD_PREFIX`) is
+            read, never the model's own sentence before it. A found plan among them is repeated when this
+            episode found nothing itself and did not try that focus and fail; the rooms their not-found
+            lines list count as stood in.
         key: seeds the draw of the room to try (the same key, the same line).
     """
     category = find_category(task_description)
     if not category:
         return ""
-    searched: list[str] = []
+    stood: list[str] = []
     here: str | None = None
+    held_from: dict[str, str] = {}  # thing picked up → the room it was picked up in
+    failed: set[str] = set()
     for action, reward, observation in steps:
-        if action.startswith("focus on ") and reward > 0 and here:
+        if action.startswith("focus on "):
             target = action.removeprefix("focus on ")
-            return _found(task_description, target, here)
+            if reward > 0 and (room := held_from.get(target, here)):  # carried here: plan from where it was
+                return _found(task_description, target, room)
+            failed.add(target)
+        if action.startswith("pick up ") and here:
+            held_from.setdefault(action.removeprefix("pick up "), here)
         here = place_in(observation, SCIENCEWORLD_PLACES) or here
-        if here and here not in searched:
-            searched.append(here)
-    for note in notes_read:  # a find task's notes are its own variation's: a plan one of them found holds
-        if m := _FOUND.search(note):
+        if here and here not in stood:
+            stood.append(here)
+    records = [note.rpartition(RECORD_PREFIX)[2] for note in notes_read if RECORD_PREFIX in note]
+    for record in records:  # a find task's notes are its own variation's: a plan one of them found holds
+        if (m := _FOUND.search(record)) and m.group(1) in SCIENCEWORLD_PLACES and m.group(2) not in failed:
             return _found(task_description, m.group(2), m.group(1))
-    for note in notes_read:
-        for what, rooms in _NOT_FOUND.findall(note):
+    for record in records:
+        for what, rooms in _NOT_FOUND.findall(record):
             if what == category:
-                searched += [r.strip() for r in rooms.split(",") if r.strip() and r.strip() not in searched]
-    if not searched:
+                stood += [r for r in (x.strip() for x in rooms.split(",")) if r in SCIENCEWORLD_PLACES and r not in stood]
+    if not stood:
         return ""
-    # Standing in a room is not searching it (an agent outside that focused on the axe saw the animals),
-    # so once every room was stood in without a find, the draw starts a second pass over all but the last.
-    left = [p for p in SCIENCEWORLD_PLACES if p not in searched] or [p for p in SCIENCEWORLD_PLACES if p != searched[-1]]
-    return (f"{RECORD_PREFIX} No {category} was found in: {', '.join(searched)}. "
+    # Standing in a room is not searching it (outside, an agent that focused on the axe stood among the
+    # animals), so once every room was stood in without a find, a second pass draws from all but the room
+    # this episode ended in.
+    left = [p for p in SCIENCEWORLD_PLACES if p not in stood] or [p for p in SCIENCEWORLD_PLACES if p != here]
+    return (f"{RECORD_PREFIX} No {category} was found in: {', '.join(stood)}. "
             f"Next time: teleport to {random.Random(key).choice(left)}{PLAN_SEPARATOR}look around.")
 
 

@@ -17,7 +17,6 @@ distilled agent does on test variations is what the lesson taught, not what a wa
 
 from __future__ import annotations
 
-import re
 import threading
 from typing import Any
 
@@ -50,7 +49,6 @@ SCIENCEWORLD_NOTE = (
     "a variation's first tip plays the simulator's gold path once (seconds)"
 )
 """What the Lesson tab's session line adds for the ScienceWorld lesson."""
-_BOX = re.compile(r"move it to the (?P<box>[\w ]+? box) in the (?P<room>[\w ]+?)\.")
 _cache: dict[tuple[str, int], str] = {}
 _lock = threading.Lock()
 
@@ -66,9 +64,12 @@ def tip_plan(task_description: str, gold: list[str]) -> list[str]:
         ValueError: the task text names no box and room, or the gold path focuses on nothing.
     """
     focus = next((a for a in gold if a.startswith("focus on ")), None)
-    if not _BOX.search(task_description) or focus is None:
-        raise ValueError(f"not a find-animal task text or gold path: {task_description!r}, {gold}")
-    return find_plan(task_description, focus.removeprefix("focus on "), "outside")
+    try:
+        if focus is None:
+            raise ValueError("no focus")
+        return find_plan(task_description, focus.removeprefix("focus on "), "outside")
+    except ValueError:
+        raise ValueError(f"not a find-animal task text or gold path: {task_description!r}, {gold}") from None
 
 
 def curated_tip(task: str, variation: int, env: Any = None) -> str:
