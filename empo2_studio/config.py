@@ -74,9 +74,9 @@ class EnvConfig:
     """ScienceWorld simplification preset or comma list ("easy" = teleport, open doors, ...)."""
     step_limit: int | None = None
     """Max steps per episode; None = per-task default (30; 60 chemistry-mix; 120 melting point)."""
-    record_line: bool = False
-    """Store the environment's summary of each finished episode (`TextEnv.summarise_episode`: `envs.room_notes`,
-    `envs.sw_search`) after the model's note in its tip. Off (default since `memory.note_writer`): only the model's words."""
+    record_line: bool | None = None
+    """Store the environment's summary of each finished episode (`TextEnv.summarise_episode`) after the model's note in its tip.
+    None (auto): on for ScienceWorld (`envs.sw_search`; the model writes nothing usable there), off for the trap (`memory.note_writer`)."""
 
 
 @dataclass(frozen=True)
@@ -273,6 +273,8 @@ class RunConfig:
     def validate(self) -> RunConfig:
         """Return self, or raise ValueError naming the first bad value and what is allowed."""
         _choice("env.name", self.env.name, ENV_NAMES)
+        if not isinstance(self.env.record_line, (bool, type(None))):
+            raise ValueError(f"env.record_line must be True, False or None (auto: on for ScienceWorld only), got {self.env.record_line!r}")
         if self.env.step_limit is not None and not 1 <= self.env.step_limit <= MAX_STEP_LIMIT:
             raise ValueError(f"env.step_limit must be in 1…{MAX_STEP_LIMIT} (ScienceWorld's longest task needs 120) or None, got {self.env.step_limit!r}")  # fmt: skip
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:

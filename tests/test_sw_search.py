@@ -129,3 +129,16 @@ def test_a_played_scienceworld_episode_carries_the_search_line_and_a_rerun_write
         assert missed.record.startswith(head) and missed.record[len(head):].split(",")[0] not in ("hallway", "kitchen")
         assert play(env, ["teleport to kitchen", "look around", "focus on painting"]).record == missed.record
     assert ScienceWorldEnv(record_line=False).summarise_episode(found) is None  # the option off: no line
+
+
+def test_the_record_line_is_on_by_default_on_scienceworld_only_and_checked():
+    from empo2_studio.config import EnvConfig, RunConfig
+    from empo2_studio.envs import make_env
+
+    assert EnvConfig().record_line is None  # auto
+    assert make_env(EnvConfig(name="scienceworld", task="find-animal")).record_line is True  # no JVM starts
+    assert make_env(EnvConfig(name="scienceworld", task="find-animal", record_line=False)).record_line is False
+    assert make_env(EnvConfig()).record_line is False  # the trap: the note writer's notes alone
+    assert make_env(EnvConfig(record_line=True)).record_line is True
+    with pytest.raises(ValueError, match=r"env.record_line must be True, False or None \(auto: on for ScienceWorld only\), got 1"):
+        RunConfig(env=EnvConfig(record_line=1)).validate()

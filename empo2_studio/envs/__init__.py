@@ -81,7 +81,7 @@ class TextEnv(Protocol):
         """What a finished `episode` of this environment found, in one line a later prompt can carry
         (stored with the episode's tip, see `memory.reflection.with_record`), or None when the
         environment has nothing to say. The trap and ScienceWorld give their "[from the record] …"
-        line (`envs.room_notes`), or None when built with `record_line=False` (`EnvConfig.record_line`):
+        line (`envs.room_notes`, `envs.sw_search`), or None when built with `record_line=False` (`EnvConfig.record_line`):
         knowledge of their observation text stays here, not in memory/."""
         ...
 
@@ -106,11 +106,12 @@ def make_env(cfg: EnvConfig) -> TextEnv:
     if cfg.name == "trap":
         from empo2_studio.envs.trap import TrapEnv
 
-        env: TextEnv = TrapEnv(step_limit=cfg.step_limit, record_line=cfg.record_line)
+        env: TextEnv = TrapEnv(step_limit=cfg.step_limit, record_line=bool(cfg.record_line))  # auto: off
     elif cfg.name == "scienceworld":
         from empo2_studio.envs.scienceworld import ScienceWorldEnv
 
-        env = ScienceWorldEnv(simplification=cfg.simplification, step_limit=cfg.step_limit, record_line=cfg.record_line)
+        record = cfg.record_line is not False  # auto: on (the search record of its find tasks)
+        env = ScienceWorldEnv(simplification=cfg.simplification, step_limit=cfg.step_limit, record_line=record)
     else:
         raise ValueError(f"unknown environment {cfg.name!r}; valid: {', '.join(ACTION_FORMATS)}")
     if cfg.task not in env.task_names():
