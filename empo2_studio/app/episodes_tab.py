@@ -30,8 +30,8 @@ MAX_VARIATION_CHOICES = 200
 SCIENCEWORLD_NOTE = (
     "**ScienceWorld with the embedded 135M model.** {actions}, but on its own it rarely scores: "
     "without a tip a side-by-side pair usually ends with both columns at the same low score. The shipped note "
-    "writer serves the trap only, so on find-animal (and the other find tasks) the tips a pair stores here are "
-    "the search record: the rooms the episode stood in and one to try next, or, once a focus scored, the "
+    "writer serves the trap only, so on find-animal (and the other find tasks) the tips a pair stores in a new "
+    "session are the search record: the rooms the episode stood in and one to try next, or, once a focus scored, the "
     "whole winning plan (docs/benchmarks/sw_search.md); on other tasks, the actions that scored. A ScienceWorld "
     "session starts from an adapter fine-tuned to follow a tip that lists a task's steps and to take an object "
     "to the room and box its task names: with the plan pinned (Tips tab) it won 0.88–1.00 of its episodes on "

@@ -126,10 +126,10 @@ def race_note(studio: Studio, run_id: str) -> str:
                     "find-animal (one seed) ended at 0.00 for both arms: the memory is kept per variation, two of "
                     "EMPO²'s three memory iterations met variations with no tip, and the third read only "
                     "placeholders, since nothing writes a useful ScienceWorld tip yet "
-                    "(docs/notebook/2026-12-07-sw-race-probe.md). ScienceWorld sessions now store a search record "
-                    "instead (the rooms searched and the next to try, then the winning plan): with frozen weights "
-                    "it took memory groups to the animals in 4 of 6 dev runs of 8 trials "
-                    "(docs/benchmarks/sw_search.md); no race has been run with it yet. An iteration took 0.5–2 "
+                    "(docs/notebook/2026-12-07-sw-race-probe.md). New ScienceWorld sessions store a search record "
+                    "on find tasks instead (the rooms searched and the next to try, then the winning plan): with "
+                    "frozen weights it took memory groups to the animals in 4 of 6 dev runs of 8 trials (group 8, "
+                    "10 steps, T = 1; docs/benchmarks/sw_search.md); no race has been run with it yet. An iteration took 0.5–2 "
                     "minutes per arm on a 2-core CPU.")  # fmt: skip
     else:
         measured = (f"With `{cfg.policy.model}` nothing is measured here yet; an iteration takes minutes per arm on a CPU.")
