@@ -35,7 +35,7 @@ def test_no_named_room_task_text_is_the_held_out_find_sentence():
     measure a copied sentence, not a skill."""
     from make_sw_warmstart import NAMED_ROOM_TASKS
 
-    from empo2_studio.lesson.scienceworld import _BOX
+    from empo2_studio.envs.sw_search import _BOX  # the pattern the lesson and the search record read the box with
 
     held_out = "Your task is to find a(n) animal. First, focus on the thing. Then, move it to the red box in the bedroom."
     assert _BOX.search(held_out)["room"] == "bedroom"  # the pattern does catch the held-out sentence
