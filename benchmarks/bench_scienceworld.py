@@ -83,6 +83,19 @@ def path_turns(env: ScienceWorldEnv, policy, task: str, variation: int, actions:
     return turns
 
 
+def plan_probabilities(env: ScienceWorldEnv, policy, task: str, cases: list[tuple[int, list[str], str | None]]) -> dict:
+    """P(each action of a plan) token-level along it (T = 1) with a note in view, per (variation, plan,
+    note) of `cases` (`path_turns`), and over them: {"per_variation": rows, "mean": per step, "whole": the
+    mean over cases of P(whole plan)}."""
+    rows = []
+    for variation, plan, note in cases:
+        turns = path_turns(env, policy, task, variation, plan, note)
+        with torch.no_grad():
+            rows.append([float(lp.sum().exp()) for lp in policy.score([turns])[0]])
+    means = [statistics.fmean(r[k] for r in rows) for k in range(len(rows[0]))]
+    return {"per_variation": rows, "mean": means, "whole": statistics.fmean(float(torch.tensor(r).prod()) for r in rows)}
+
+
 WRONG_FOCUS_CANDIDATES = 12
 """How many wrong "focus on …" actions `wrong_focus` scores: those closest in words to the gold one
 (each is a whole conversation prefix to score, and a room offers up to 100 of them)."""

@@ -55,7 +55,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _results import add_result_option, write_result  # noqa: E402
 from _sw_room import part_room  # noqa: E402
 from bench_lesson import restore_weights  # noqa: E402
-from bench_scienceworld import path_turns  # noqa: E402
+from bench_scienceworld import path_turns, plan_probabilities  # noqa: E402
 
 TASK = "find-animal"
 WORDINGS = Path(__file__).resolve().parent / "data" / "heldout_sw_tips.json"
@@ -85,17 +85,11 @@ def part_tips(args, policy, env) -> tuple[list[str], dict]:
              "|---|" + "---|" * 7]  # fmt: skip
     out: dict = {}
     for kind in kinds:
-        rows = []
-        for v in args.variations:
-            wording = int(kind.split()[1]) if kind.startswith("wording") else None
-            text, plan = tip_for(env, v, wording)
-            turns = path_turns(env, policy, TASK, v, plan, None if kind == "none" else text)
-            with torch.no_grad():
-                rows.append([float(lp.sum().exp()) for lp in policy.score([turns])[0]])
-        means = [statistics.fmean(r[k] for r in rows) for k in range(len(rows[0]))]
-        whole = statistics.fmean(float(torch.tensor(r).prod()) for r in rows)
-        out[kind] = {"per_variation": rows, "mean": means, "whole": whole}
-        lines.append(f"| {kind} | " + " | ".join(f"{p:.2f}" for p in means) + f" | {whole:.2f} |")
+        wording = int(kind.split()[1]) if kind.startswith("wording") else None
+        tips = [tip_for(env, v, wording) for v in args.variations]
+        out[kind] = plan_probabilities(env, policy, TASK, [(v, plan, None if kind == "none" else text)
+                                                           for v, (text, plan) in zip(args.variations, tips)])  # fmt: skip
+        lines.append(f"| {kind} | " + " | ".join(f"{p:.2f}" for p in out[kind]["mean"]) + f" | {out[kind]['whole']:.2f} |")
         print(lines[-1], flush=True)
     return lines, out
 

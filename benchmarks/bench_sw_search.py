@@ -117,7 +117,7 @@ LINE_FORMS = {
 
 def part_lines(policy, variations: list[int]) -> tuple[str, dict]:
     """P(each action of the winning plan) along it, per line form (`LINE_FORMS`), mean over `variations`."""
-    from bench_scienceworld import path_turns
+    from bench_scienceworld import plan_probabilities
 
     from empo2_studio.lesson.scienceworld import TIP_OPENING, curated_tip
     from empo2_studio.policy import prompts
@@ -128,18 +128,11 @@ def part_lines(policy, variations: list[int]) -> tuple[str, dict]:
         plans = {v: curated_tip(TASK, v, env)[len(TIP_OPENING):].rstrip(".").split(prompts.PLAN_SEPARATOR) for v in variations}
         starts = {v: place_in(env.reset(TASK, v).text, SCIENCEWORLD_PLACES) for v in variations}
         for name, form in LINE_FORMS.items():
-            rows = []
-            for v in variations:
-                plan = plans[v]
-                note = None if form is None else form.format(r=RECORD_PREFIX, start=starts[v], animal=plan[2][len("focus on "):],
-                                                             plan=prompts.PLAN_SEPARATOR.join(plan))  # fmt: skip
-                turns = path_turns(env, policy, TASK, v, plan, note)
-                with torch.no_grad():
-                    rows.append([float(lp.sum().exp()) for lp in policy.score([turns])[0]])
-            means = [statistics.fmean(r[k] for r in rows) for k in range(len(rows[0]))]
-            whole = statistics.fmean(float(torch.tensor(r).prod()) for r in rows)
-            out[name] = {"per_variation": rows, "mean": means, "whole": whole}
-            lines.append(f"| {name} | " + " | ".join(f"{p:.2f}" for p in means) + f" | {whole:.2f} |")
+            notes = {v: None if form is None else form.format(r=RECORD_PREFIX, start=starts[v], animal=plans[v][2][len("focus on "):],
+                                                              plan=prompts.PLAN_SEPARATOR.join(plans[v]))
+                     for v in variations}  # fmt: skip
+            out[name] = plan_probabilities(env, policy, TASK, [(v, plans[v], notes[v]) for v in variations])
+            lines.append(f"| {name} | " + " | ".join(f"{p:.2f}" for p in out[name]["mean"]) + f" | {out[name]['whole']:.2f} |")
             print(lines[-1], flush=True)
     return "\n".join(lines), out
 
