@@ -78,8 +78,10 @@ def trials(trainer: Trainer, variation: int, seed: int, n_trials: int, temperatu
         start = place_in(first, SCIENCEWORLD_PLACES)
         if start in (None, start_note):
             raise ValueError(f"variation {variation} starts in {start!r}: the start note to {start_note!r} would say nothing")
+        # keyed by the start's observation, as an episode's own note is keyed by its conversation: a tip keyed
+        # by its own text fell below the similarity threshold at most steps (2026-12-07, tips read 0.00–0.50)
         trainer.store.add_tip(TASK, variation, f"{RECORD_PREFIX} No animal was found in: {start}. Next time: "
-                                               f"teleport to {start_note}, then look around.")  # fmt: skip
+                                               f"teleport to {start_note}, then look around.", key_text=first)  # fmt: skip
     for trial in range(n_trials + 1):
         mode = "naive" if trial == 0 else "memory"
         group_seed = seed * 1000 + variation * 10 + trial
