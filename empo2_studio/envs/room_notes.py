@@ -41,8 +41,12 @@ def episode_record(episode: Episode) -> str:
     (executed action, reward, observation) and the notes it read; "" for an episode without steps."""
     if not episode.steps:
         return ""
-    read = list(dict.fromkeys(t.text for s in episode.steps for t in s.tips))
-    return record_line(episode.task_description, episode_steps(episode), read)
+    return record_line(episode.task_description, episode_steps(episode), notes_read(episode))
+
+
+def notes_read(episode: Episode) -> list[str]:
+    """The distinct tip texts a played episode's steps showed, in the order first shown."""
+    return list(dict.fromkeys(t.text for s in episode.steps for t in s.tips))
 
 
 def episode_steps(episode: Episode) -> list[tuple[str, float, str]]:

@@ -28,7 +28,7 @@ from scienceworld.constants import ID2TASK
 
 from empo2_studio.envs.actions import correct_action, jaccard, words
 from empo2_studio.envs.places import SCIENCEWORLD_PLACES, place_in
-from empo2_studio.envs.room_notes import episode_record, episode_steps
+from empo2_studio.envs.room_notes import episode_record, episode_steps, notes_read
 from empo2_studio.envs.sw_search import find_category, search_record
 from empo2_studio.types import Episode, Observation, Split, StepResult
 
@@ -378,15 +378,14 @@ class ScienceWorldEnv:
     def summarise_episode(self, episode: Episode) -> str | None:
         """The episode's record line; None when it has nothing to say or the env was built with
         `record_line=False`. A find task ("find a(n) animal … focus on the thing") gets
-        `envs.sw_search.search_record` (rooms searched, the target a scoring focus named); any other
+        `envs.sw_search.search_record` (rooms stood in, or the plan of a focus that scored); any other
         `envs.room_notes` (ScienceWorld describes rooms in the words the trap copies)."""
         if not self.record_line or not episode.steps:
             return None
         if find_category(episode.task_description):
-            read = list(dict.fromkeys(t.text for s in episode.steps for t in s.tips))
             # the draw's key: what the episode did and its group's seed (an id is random: a rerun would differ)
             key = f"{episode.seed}|{episode.variation}|" + " > ".join(s.action for s in episode.steps)
-            line = search_record(episode.task_description, episode_steps(episode), read, key=key)
+            line = search_record(episode.task_description, episode_steps(episode), notes_read(episode), key=key)
         else:
             line = episode_record(episode)
         return line or None

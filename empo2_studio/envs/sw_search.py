@@ -42,8 +42,7 @@ from collections.abc import Sequence
 
 from empo2_studio.envs.places import SCIENCEWORLD_PLACES, place_in
 from empo2_studio.envs.room_notes import RECORD_PREFIX
-
-PLAN_SEPARATOR = ", then "  # as policy.prompts.PLAN_SEPARATOR, which `remaining_plan` cuts at (envs do not import policy)
+from empo2_studio.envs.task_text import PLAN_SEPARATOR
 _FIND = re.compile(r"\bfind an?(?:\(n\))? ([^.]+?)\.\s*First, focus on the thing\.", re.IGNORECASE)
 _BOX = re.compile(r"move it to the (?P<box>[\w ]+? box) in the (?P<room>[\w ]+?)\.")
 _FOUND = re.compile(r"Next time: teleport to ([\w ]+?), then look around, then focus on ([\w -]+?), then ")

@@ -9,6 +9,11 @@ from __future__ import annotations
 
 import re
 
+PLAN_SEPARATOR = ", then "
+"""How a note's plan joins its steps: curated tips (`TrapEnv.curated_tip`) and record lines
+(`envs.room_notes.record_line`, `envs.sw_search`) all write "…: go to kitchen, then focus on X, then turn on X";
+`policy.prompts.remaining_plan` cuts a plan at it."""
+
 _FOCUS = re.compile(r"focus on (?:the |a |an )?(.+?)(?=[.,;:!?]|\s+(?:and|then)\s|$)", re.IGNORECASE)
 _THEN = re.compile(
     r"\bThen,?\s+(\w+) it(?: (on|off|up|down|in|out))?(?:\s+with\b[^.]*)?\s*(?:\.|$)", re.IGNORECASE

@@ -64,12 +64,13 @@ def tip_plan(task_description: str, gold: list[str]) -> list[str]:
         ValueError: the task text names no box and room, or the gold path focuses on nothing.
     """
     focus = next((a for a in gold if a.startswith("focus on ")), None)
+    bad = f"not a find-animal task text or gold path: {task_description!r}, {gold}"
+    if focus is None:
+        raise ValueError(bad)
     try:
-        if focus is None:
-            raise ValueError("no focus")
         return find_plan(task_description, focus.removeprefix("focus on "), "outside")
-    except ValueError:
-        raise ValueError(f"not a find-animal task text or gold path: {task_description!r}, {gold}") from None
+    except ValueError:  # no box and room in the text
+        raise ValueError(bad) from None
 
 
 def curated_tip(task: str, variation: int, env: Any = None) -> str:

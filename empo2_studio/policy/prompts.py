@@ -27,7 +27,7 @@ import dataclasses
 import re
 from typing import Sequence
 
-from empo2_studio.envs.task_text import focus_items  # noqa: F401  (re-exported: the prompt lists them)
+from empo2_studio.envs.task_text import PLAN_SEPARATOR, focus_items  # noqa: F401  (re-exported: notes' plans; the prompt lists the items)
 from empo2_studio.types import Observation, RetrievedTip
 
 INTRO = (
@@ -208,11 +208,6 @@ def budget_cut(tips: Sequence[RetrievedTip], budget: int, style: str) -> tuple[l
         used += cost
         seen.add(text)
     return list(tips), []
-
-
-PLAN_SEPARATOR = ", then "
-"""How a note's plan joins its steps: curated tips (`TrapEnv.curated_tip`) and record lines
-(`envs.room_notes.record_line`) both write "…: go to kitchen, then focus on X, then turn on X"."""
 
 
 def plan_note(actions: Sequence[str], opening: str = "To finish the task: ") -> str:
