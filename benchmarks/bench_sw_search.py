@@ -7,7 +7,8 @@ plan. This benchmark asks whether memory rollouts reading those tips reach the a
 weight changes: per (seed, variation), trial 0 is a naive group, trials 1…K memory groups (the paper's
 retrieval, top 10 by score), each group writing its tips after it (the policy's own sentence, then the
 record line: `EnvConfig.record_line` on), the weights frozen (checked). The variation's memory
-partition starts empty for each seed.
+partition starts empty for each seed. `--structure` picks the memory (`memory.structure`, issue 49's arms):
+flat is the paper's; the others rank by similarity and the tips' used/helped counts (docs/memory-structure.md).
 
 Per trial: success, and the share of episodes that stood outside (where every variation keeps its
 animals) and that focused on an animal (a focus that scored).
@@ -51,6 +52,7 @@ from empo2_studio.policy import load_policy  # noqa: E402
 from empo2_studio.rollout import play_group, seed_policy, write_group_tips  # noqa: E402
 from empo2_studio.sessions import Session, auto_warm_start, default_sessions_root, fresh_dir  # noqa: E402
 from empo2_studio.trainer import Trainer  # noqa: E402
+from empo2_studio.types import MEMORY_STRUCTURES  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _results import add_result_option, write_result  # noqa: E402
@@ -151,6 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--temperature", type=float, default=1.0, help="the training rollouts' (paper: 1.0)")
     ap.add_argument("--start-note", default="", choices=["", *SCIENCEWORLD_PLACES], metavar="ROOM",
                     help="each variation's memory starts with the search line that sends the agent to ROOM")
+    ap.add_argument("--structure", default="flat", choices=MEMORY_STRUCTURES,
+                    help="memory.structure: flat is the paper's (best score first); the others issue 49's arms")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--warm-start", default=str(WARM_START_DIR / auto_warm_start("scienceworld")))
     ap.add_argument("--root", type=Path, default=None)
@@ -182,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = RunConfig(run_id=f"sw-search-{seed}", seed=seed,
                         env=EnvConfig(name="scienceworld", task=TASK, variations=tuple(args.variations),
                                       step_limit=args.step_limit, record_line=True),
-                        memory=MemoryConfig(embedder="minilm", pin_curated=False), rollout=RolloutConfig(group_size=args.group_size))  # fmt: skip
+                        memory=MemoryConfig(embedder="minilm", pin_curated=False, structure=args.structure), rollout=RolloutConfig(group_size=args.group_size))  # fmt: skip
         trainer = Trainer(cfg, Session.create(root, cfg), policy=policy, embedder=embedder)
         try:
             rows = {v: trials(trainer, v, seed, args.trials, args.temperature, args.start_note, args.split) for v in args.variations}
@@ -194,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     if any(not torch.equal(a, b) for a, b in zip(frozen, policy.trainable_parameters(), strict=True)):
         raise RuntimeError("the weights changed; the trials must run frozen")
     lines = [f"### Memory trials on {TASK}, frozen weights ({args.warm_start}), {args.split} variations {args.variations}, "
-             f"seeds {args.seeds}, start note {args.start_note or 'none'}, group {args.group_size}, step limit {args.step_limit}, T = {args.temperature} "
+             f"seeds {args.seeds}, memory {args.structure}, start note {args.start_note or 'none'}, group {args.group_size}, step limit {args.step_limit}, T = {args.temperature} "
              "(mean over seeds and variations)", "",
              "| trial | " + " | ".join(MEASURES) + " |", "|---|" + "---|" * len(MEASURES)]  # fmt: skip
     for t in range(args.trials + 1):
@@ -203,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     table = "\n".join(lines)
     print("\n" + table + f"\n\n({time.perf_counter() - t0:.0f} s; sessions under {root})")
     write_result(args.result, __file__, argv, t0, args.seeds, per_seed, variations=args.variations,
-                 warm_start=args.warm_start, start_note=args.start_note, table=table)  # fmt: skip
+                 warm_start=args.warm_start, start_note=args.start_note, structure=args.structure, table=table)  # fmt: skip
     return 0
 
 
