@@ -42,10 +42,13 @@ NoteContext = Literal["auto", "episode", "observation"]
 (`memory.reflection.write_observation_notes`); auto: what the note writer was trained on
 (`policy.note_writer.note_context`)."""
 
-MemoryStructure = Literal["flat", "structured", "groups", "flat-counts", "structured-random"]
+MemoryStructure = Literal["flat", "structured", "groups", "flat-counts", "structured-random", "flat-counts-wins"]
 """How the tip memory is organised: one list per variation ranked by score (paper §2), or groups by task
 and place with used/helped counts, merges and a cap per group (`memory.structure`, docs/memory-structure.md);
-the last three are issue 49's experiment arms (`memory.structure.ARMS`)."""
+the last four are issue 49's experiment arms (`memory.structure.ARMS`)."""
+
+WIN_SCORE = 100.0
+"""The top of the −100 … 100 score scale every environment reports on: an episode that reaches it won."""
 
 # Each choice set is written once, as the Literal above; these tuples are read from it.
 ENV_NAMES: tuple[EnvName, ...] = get_args(EnvName)

@@ -4,6 +4,7 @@ input, and the flat → structured → flat round trip."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -96,8 +97,22 @@ def test_threshold_and_random_order():
 
 
 def test_the_experiment_arms():
-    assert set(st.ARMS) == {"structured", "groups", "flat-counts", "structured-random"}
+    assert set(st.ARMS) == {"structured", "groups", "flat-counts", "structured-random", "flat-counts-wins"}
     assert st.ARMS["groups"].count_weight == 0.0 and not st.ARMS["flat-counts"].by_place and st.ARMS["structured-random"].random_order
+    assert st.ARMS["flat-counts-wins"] == dataclasses.replace(st.ARMS["flat-counts"], wins_first=True)
+
+
+def test_wins_first_keeps_a_won_note_in_front():
+    # ranks at λ = 0.5: A 0.9 + 0.5·1/2 = 1.15 (source -100, never read); B 0.6 + 0.5·1/8 = 0.6625 (source 100,
+    # read 6 times, helped none); C 0.8 + 0.5·5/8 = 1.1125 (source 25); P pinned, similarity 0.1
+    rows = [dict(id=k, enabled=True, retired=False, pinned=p, used=u, helped=h, score=sc, created_at=c)
+            for k, p, u, h, sc, c in [("A", False, 0, 0, -100.0, 3), ("B", False, 6, 0, 100.0, 1),
+                                      ("C", False, 6, 4, 25.0, 2), ("P", True, 0, 0, 0.0, 0)]]  # fmt: skip
+    sims = [0.9, 0.6, 0.8, 0.1]
+    assert [rows[i]["id"] for i in st.retrieval_order(rows, sims, 0.5, 10)] == ["P", "A", "C", "B"]
+    assert [rows[i]["id"] for i in st.retrieval_order(rows, sims, 0.5, 10, wins_first=True)] == ["P", "B", "A", "C"]
+    rows[1]["score"] = 99.0  # one short of a win: ranked as any other note
+    assert [rows[i]["id"] for i in st.retrieval_order(rows, sims, 0.5, 10, wins_first=True)] == ["P", "A", "C", "B"]
 
 
 def _row(i, text="old", score=100.0, used=0, helped=0, created_at=1.0, retired=False, pinned=False):
@@ -358,6 +373,22 @@ def test_a_structured_rollout_asks_at_the_start_and_on_entering_a_new_place(tmp_
     [own] = [r for r in s.group_rows(TASK, 0, room) if r["source_episode_id"] == ep.episode_id]
     # the focus and turn-on entries differ in their action only (text cosine ≥ 0.95): one tip, merged
     assert own["action"] == gold[1] and own["merged_sources"] == ep.episode_id
+
+
+def test_flat_counts_wins_as_a_store(tmp_path):
+    # keys: the failed note's key is the query itself (cosine 1.0), the won note's 0.6 from it; both above 0.5
+    emb = KeyedEmbedder({"searched the kitchen": _unit(0), "found it outside": _unit(0, 1, 0.6), "query": _unit(0)})
+    kitchen = "This room is called the kitchen. In it, you see: a table."
+    arms = {}
+    for arm in ("flat-counts", "flat-counts-wins"):
+        s = _store(tmp_path / arm, emb, structure=arm, top_k=2, similarity_threshold=0.5)
+        s.add_episode_tips(_episode("won", ["look around"], [kitchen], 100.0, first=kitchen), "found it outside", "found it outside")
+        s.add_episode_tips(_episode("lost", ["look around"], [kitchen], -100.0, first=kitchen), "searched the kitchen", "searched the kitchen")
+        [(shown, _)] = s.retrieve_explained(TASK, 0, ["query"], places=["kitchen"])
+        arms[arm] = [t.text.split(";")[0] for t in shown]
+    # rank: similarity + 0.5·½ for both (never read): 1.25 against 0.85, so flat-counts shows the failed note first
+    assert arms == {"flat-counts": ["searched the kitchen", "found it outside"],
+                    "flat-counts-wins": ["found it outside", "searched the kitchen"]}
 
 
 @pytest.mark.parametrize("arm", ["groups", "flat-counts", "structured-random"])

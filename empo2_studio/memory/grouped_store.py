@@ -279,7 +279,8 @@ class StructuredTipStore(GroupedCuration):
             rows = self._group_rows(task, variation, place) + ([] if place == st.ANYWHERE else self._group_rows(task, variation, st.ANYWHERE))
             sims = [float(np.dot(r["vector"], q)) for r in rows]
             seed = zlib.crc32(text.encode()) if self.rules.random_order else None
-            chosen = st.retrieval_order(rows, sims, self.rules.count_weight, self.cfg.top_k, threshold=thr, seed=seed)
+            chosen = st.retrieval_order(rows, sims, self.rules.count_weight, self.cfg.top_k, threshold=thr, seed=seed,
+                                        wins_first=self.rules.wins_first)  # fmt: skip
             hits = [RetrievedTip(rows[i]["id"], rows[i]["text"], float(rows[i]["score"]), sims[i], bool(rows[i]["pinned"]),
                                  self._why(rows[i], sims[i])) for i in chosen]  # fmt: skip
             out.append((hits, self._why_not(rows, sims, set(chosen))))

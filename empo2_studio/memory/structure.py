@@ -42,6 +42,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from empo2_studio.types import WIN_SCORE
+
 ANYWHERE = "anywhere"
 """The group of tips that show no place; retrieved beside the group of whatever place the agent is in."""
 
@@ -61,6 +63,9 @@ class StructureRules:
     threshold: bool = False
     """Show only tips whose similarity is above `MemoryConfig.similarity_threshold` (the flat rule; pinned
     tips exempt). Off in a place's group: the group is the filter."""
+    wins_first: bool = False
+    """Tips whose source episode won (score ≥ `types.WIN_SCORE`) come before every other unpinned tip,
+    whatever their rank: a solution stays in front while the other notes rotate by their counts."""
     random_order: bool = False
     """Show a random sample of the group's live tips instead of the best ranked (the "does the content
     matter?" arm); seeded by the query, so a replay shows the same sample."""
@@ -71,12 +76,15 @@ ARMS: dict[str, StructureRules] = {
     "groups": StructureRules(count_weight=0.0, near_duplicate=2.0, contradiction=2.0),
     "flat-counts": StructureRules(near_duplicate=2.0, contradiction=2.0, max_stored=1000, by_place=False, threshold=True),
     "structured-random": StructureRules(random_order=True),
+    "flat-counts-wins": StructureRules(near_duplicate=2.0, contradiction=2.0, max_stored=1000, by_place=False, threshold=True,
+                                       wins_first=True),
 }
 """The rules of each non-flat `memory.structure` (issue 49's experiment arms, item 2):
 structured: the full design; groups: groups by place, rank = similarity alone, no merge or contradiction
 (exact duplicates still merge, as the flat memory skips them); flat-counts: one group per variation, the flat
 threshold, rank = similarity + counts, the flat cap of 1000; structured-random: the full design showing a
-random sample of the group (same count). A cosine never reaches 2.0, so those rules never fire."""
+random sample of the group (same count); flat-counts-wins: flat-counts with won notes first (ScienceWorld's
+search, docs/notebook/2026-12-07-sw-memory-arms.md). A cosine never reaches 2.0, so those rules never fire."""
 
 
 @dataclass(frozen=True)
@@ -152,14 +160,15 @@ def source_rate(used: int, helped: int, score: float) -> float:
 
 
 def retrieval_order(rows: Sequence[dict[str, Any]], sims: Sequence[float], count_weight: float,
-                    max_shown: int, *, threshold: float | None = None, seed: int | None = None) -> list[int]:  # fmt: skip
-    """Indices of the live rows to show, best first: pinned first, then rank desc, ties newer first.
-    `threshold`: unpinned rows need a similarity above it. `seed`: the unpinned rows in a random order
-    drawn with it instead of by rank (the random arm)."""
+                    max_shown: int, *, threshold: float | None = None, seed: int | None = None,
+                    wins_first: bool = False) -> list[int]:  # fmt: skip
+    """Indices of the live rows to show, best first: pinned first, then (`wins_first`) the rows whose
+    source episode won, then rank desc, ties newer first. `threshold`: unpinned rows need a similarity
+    above it. `seed`: the unpinned rows in a random order drawn with it instead of by rank (the random arm)."""
     live = [i for i, r in enumerate(rows) if r["enabled"] and not r["retired"]
             and (r["pinned"] or threshold is None or sims[i] > threshold)]  # fmt: skip
-    live.sort(key=lambda i: (not rows[i]["pinned"], -rank(sims[i], rows[i]["used"], rows[i]["helped"], count_weight),
-                             -rows[i]["created_at"]))  # fmt: skip
+    live.sort(key=lambda i: (not rows[i]["pinned"], not (wins_first and rows[i]["score"] >= WIN_SCORE),
+                             -rank(sims[i], rows[i]["used"], rows[i]["helped"], count_weight), -rows[i]["created_at"]))  # fmt: skip
     if seed is not None:
         pinned = [i for i in live if rows[i]["pinned"]]
         rest = [i for i in live if not rows[i]["pinned"]]
