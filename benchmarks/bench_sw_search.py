@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 import statistics
 import sys
@@ -141,9 +142,51 @@ def part_lines(policy, variations: list[int]) -> tuple[str, dict]:
     return "\n".join(lines), out
 
 
+def compare(names: list[str], results_dir: Path | None = None) -> tuple[str, dict]:
+    """--part compare: per memory (`structure`, flat when a file predates the option), per seed, the mean
+    success over the memory trials and variations, and the searches (seed × variation) in which some
+    memory trial focused on an animal. Raises ValueError on a missing file, a file of another part, or
+    files of one memory that disagree on trials or variations."""
+    from _results import RESULTS
+
+    results_dir = results_dir or RESULTS
+    arms: dict[str, dict] = {}
+    for name in names:
+        path = results_dir / f"{name}.json"
+        if not path.is_file():
+            raise ValueError(f"--inputs {name}: no {path.name} in {results_dir}")
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if data.get("start_note") or not isinstance(data.get("results"), dict) or "success" not in next(iter(data["results"].values()), {}):
+            raise ValueError(f"--inputs {name}: not a --part trials run from an empty memory")
+        arm = arms.setdefault(data.get("structure", "flat"), {"files": [], "seeds": [], "per_seed_success": [], "per_trial": [],
+                                                               "found": 0, "searches": 0, "variations": data["variations"]})  # fmt: skip
+        if arm["variations"] != data["variations"]:
+            raise ValueError(f"--inputs {name}: variations {data['variations']}, another run of its memory {arm['variations']}")
+        arm["files"].append(name)
+        for seed, m in data["results"].items():
+            success, focused = m["success"], m["focused on an animal"]
+            if arm["per_trial"] and len(success) != len(arm["per_trial"][0]):
+                raise ValueError(f"--inputs {name}: {len(success) - 1} trials, another run of its memory {len(arm['per_trial'][0]) - 1}")
+            arm["seeds"].append(int(seed))
+            arm["per_seed_success"].append(statistics.fmean(x for t in success[1:] for x in t))
+            arm["per_trial"].append([statistics.fmean(t) for t in success])
+            arm["found"] += sum(any(t[v] > 0 for t in focused[1:]) for v in range(len(data["variations"])))
+            arm["searches"] += len(data["variations"])
+    lines = ["| memory | seeds | success over the memory trials, per seed | mean | success per trial (mean over seeds) | searches that found an animal |",
+             "|---|---|---|---|---|---|"]  # fmt: skip
+    for arm_name, a in arms.items():
+        a["per_trial"] = [statistics.fmean(col) for col in zip(*a["per_trial"], strict=True)]
+        a["mean"] = statistics.fmean(a["per_seed_success"])
+        lines.append(f"| {arm_name} | {', '.join(map(str, a['seeds']))} | {' / '.join(f'{x:.2f}' for x in a['per_seed_success'])} | "
+                     f"{a['mean']:.2f} | {' '.join(f'{x:.2f}' for x in a['per_trial'])} | {a['found']} of {a['searches']} |")  # fmt: skip
+    return "\n".join(lines), arms
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--part", default="trials", choices=["trials", "lines"])
+    ap.add_argument("--part", default="trials", choices=["trials", "lines", "compare"])
+    ap.add_argument("--inputs", nargs="+", default=[], metavar="NAME",
+                    help="--part compare: result files of trial runs (benchmarks/results/NAME.json) to set side by side")
     ap.add_argument("--variations", type=int, nargs="+", default=[150, 157, 164], help="find-animal variations of --split")
     ap.add_argument("--split", default="dev", choices=["train", "dev", "test"], help="choose on dev; test is scored once")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0])
@@ -160,6 +203,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--root", type=Path, default=None)
     add_result_option(ap)
     args = ap.parse_args(argv)
+    if args.part == "compare":
+        t0 = time.perf_counter()
+        try:
+            table, results = compare(args.inputs)
+        except ValueError as e:
+            ap.error(str(e))
+        print(table)
+        write_result(args.result, __file__, argv, t0, sorted({s for r in results.values() for s in r["seeds"]}), results,
+                     inputs=args.inputs, table=table)  # fmt: skip
+        return 0
     if args.trials < 1:
         ap.error(f"--trials must be ≥ 1, got {args.trials}")
     if args.group_size < 2 or args.step_limit < 1:

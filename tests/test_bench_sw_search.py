@@ -3,6 +3,7 @@ counts per episode what the search did."""
 
 from __future__ import annotations
 
+import json
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -49,3 +50,44 @@ def test_episode_measures_read_outside_a_scoring_focus_and_tips_per_step():
     indoors = replace(ep, steps=(_step(0, "focus on picture", -100.0, "You focus on the picture.", 0),))
     assert bench.episode_measures(indoors) == {"success": 0.0, "stood outside": 0.0, "focused on an animal": 0.0,
                                                "tips read per step": 0.0}  # fmt: skip
+
+
+def _run(tmp_path, name, structure, seeds):
+    """A trials result file: per seed, per measure, one list per trial of the 2 variations' values."""
+    data = {"variations": [150, 157], "start_note": "", "results": {
+        str(s): {"success": success, "focused on an animal": focused} for s, (success, focused) in seeds.items()}}
+    if structure:
+        data["structure"] = structure
+    (tmp_path / f"{name}.json").write_text(json.dumps(data))
+
+
+def test_compare_sets_the_memories_side_by_side(tmp_path):
+    import bench_sw_search as bench
+
+    # flat (no "structure" key: a file from before the option), seeds 0 and 1, 2 memory trials
+    _run(tmp_path, "f0", None, {0: ([[0, 0], [0.5, 0], [1, 0]], [[0, 0], [0.5, 0], [1, 0]])})
+    _run(tmp_path, "f1", None, {1: ([[0, 0], [0, 0], [0, 0.25]], [[0, 0], [0, 0.5], [0, 0.5]])})
+    _run(tmp_path, "c0", "flat-counts", {0: ([[0, 0], [0, 0], [0, 0]], [[0, 0], [0, 0], [0, 0]])})
+    table, arms = bench.compare(["f0", "f1", "c0"], tmp_path)
+    flat = arms["flat"]
+    # seed 0: (0.5 + 0 + 1 + 0) / 4 = 0.375; seed 1: 0.25 / 4 = 0.0625; per trial: (0, 0.25, 0.5) and (0, 0, 0.125)
+    assert flat["per_seed_success"] == [0.375, 0.0625] and flat["mean"] == pytest.approx(0.21875)
+    assert flat["per_trial"] == [0, 0.125, 0.3125]
+    assert (flat["found"], flat["searches"]) == (2, 4)  # seed 0 variation 150, seed 1 variation 157
+    assert (arms["flat-counts"]["found"], arms["flat-counts"]["mean"]) == (0, 0)
+    assert "| flat | 0, 1 | 0.38 / 0.06 | 0.22 | 0.00 0.12 0.31 | 2 of 4 |" in table
+
+
+@pytest.mark.parametrize("files, message", [
+    ({}, "--inputs f0: no f0.json"),
+    ({"f0": {"variations": [150], "results": {"0": {"median": 1}}}}, "not a --part trials run from an empty memory"),
+    ({"f0": {"variations": [150], "start_note": "outside", "results": {"0": {"success": [[0]], "focused on an animal": [[0]]}}}},
+     "not a --part trials run from an empty memory"),
+])  # fmt: skip
+def test_compare_refuses_what_it_cannot_compare(tmp_path, files, message):
+    import bench_sw_search as bench
+
+    for name, data in files.items():
+        (tmp_path / f"{name}.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=message):
+        bench.compare(["f0"], tmp_path)
