@@ -11,7 +11,9 @@ partition starts empty for each seed. `--structure` picks the memory (`memory.st
 flat is the paper's; the others rank by similarity and the tips' used/helped counts (docs/memory-structure.md).
 
 Per trial: success, and the share of episodes that stood outside (where every variation keeps its
-animals) and that focused on an animal (a focus that scored).
+animals) and whose focus scored (on an animal, or on `--task`'s target). `--task` runs another find task
+(find-plant, find-living-thing, find-non-living-thing: held out too, and never looked at while the record
+line was written): does the memory's search carry to a task it was not built on?
 
 `--part lines` scores, without playing, what each form of a line makes of the winning plan: per
 dev variation, P(each action of the plan) token-level along it (as sampled, T = 1) with the line in view
@@ -59,7 +61,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _results import add_result_option, write_result  # noqa: E402
 
 TASK = "find-animal"
-MEASURES = ("success", "stood outside", "focused on an animal", "tips read per step")
+FIND_TASKS = ("find-animal", "find-living-thing", "find-plant", "find-non-living-thing")
+"""ScienceWorld's find tasks (all held out from every shipped adapter): the search record writes their tips."""
+MEASURES = ("success", "stood outside", "focus scored", "tips read per step")
+OLD_FOCUS = "focused on an animal"
+"""What "focus scored" was called in result files written before `--task` (find-animal only)."""
 
 
 def episode_measures(episode) -> dict[str, float]:
@@ -72,7 +78,7 @@ def episode_measures(episode) -> dict[str, float]:
 
 
 def trials(trainer: Trainer, variation: int, seed: int, n_trials: int, temperature: float,
-           start_note: str = "", split: str = "dev") -> list[dict[str, float]]:  # fmt: skip
+           start_note: str = "", split: str = "dev", task: str = TASK) -> list[dict[str, float]]:  # fmt: skip
     """Trial 0 naive, trials 1…n memory, on one variation; each group's tips stored after it (the memory
     first holding the `--start-note` line when `start_note` names a room). One row per trial."""
     rows = []
@@ -90,7 +96,7 @@ def trials(trainer: Trainer, variation: int, seed: int, n_trials: int, temperatu
         group_seed = seed * 1000 + variation * 10 + trial
         seed_policy(trainer.policy, group_seed)
         envs = trainer.envs(trainer.cfg.rollout.group_size)
-        eps = play_group(envs, trainer.policy, trainer.store, task=TASK, variation=variation, split=split,
+        eps = play_group(envs, trainer.policy, trainer.store, task=task, variation=variation, split=split,
                          rollout_mode=mode, update_mode=None, temperature=temperature, seed=group_seed,
                          embedder=trainer.embedder, keep_caches=True)  # fmt: skip
         if trial == 0 and start_note:  # the start note stands for what a search wrote before: trial 0's notes would outrank it
@@ -145,7 +151,7 @@ def part_lines(policy, variations: list[int]) -> tuple[str, dict]:
 def compare(names: list[str], results_dir: Path | None = None) -> tuple[str, dict]:
     """--part compare: per memory (`structure`, flat when a file predates the option), per seed, the mean
     success over the memory trials and variations, and the searches (seed × variation) in which some
-    memory trial focused on an animal. Raises ValueError on a missing file, a file of another part, or
+    memory trial's focus scored. Raises ValueError on a missing file, a file of another part, or
     files of one memory that disagree on trials or variations."""
     from _results import RESULTS
 
@@ -164,7 +170,7 @@ def compare(names: list[str], results_dir: Path | None = None) -> tuple[str, dic
             raise ValueError(f"--inputs {name}: variations {data['variations']}, another run of its memory {arm['variations']}")
         arm["files"].append(name)
         for seed, m in data["results"].items():
-            success, focused = m["success"], m["focused on an animal"]
+            success, focused = m["success"], m.get("focus scored", m.get(OLD_FOCUS))
             if arm["per_trial"] and len(success) != len(arm["per_trial"][0]):
                 raise ValueError(f"--inputs {name}: {len(success) - 1} trials, another run of its memory {len(arm['per_trial'][0]) - 1}")
             arm["seeds"].append(int(seed))
@@ -187,7 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--part", default="trials", choices=["trials", "lines", "compare"])
     ap.add_argument("--inputs", nargs="+", default=[], metavar="NAME",
                     help="--part compare: result files of trial runs (benchmarks/results/NAME.json) to set side by side")
-    ap.add_argument("--variations", type=int, nargs="+", default=[150, 157, 164], help="find-animal variations of --split")
+    ap.add_argument("--task", default=TASK, choices=FIND_TASKS, help="a find task (the search record's); lines and start notes: find-animal")
+    ap.add_argument("--variations", type=int, nargs="+", default=[150, 157, 164], help="variations of --task in --split")
     ap.add_argument("--split", default="dev", choices=["train", "dev", "test"], help="choose on dev; test is scored once")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0])
     ap.add_argument("--trials", type=int, default=5, help="memory trials after the naive trial 0")
@@ -217,9 +224,11 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--trials must be ≥ 1, got {args.trials}")
     if args.group_size < 2 or args.step_limit < 1:
         ap.error(f"--group-size must be ≥ 2 and --step-limit ≥ 1, got {args.group_size} and {args.step_limit}")
-    split = ScienceWorldEnv().variations(TASK, args.split)  # the catalogue: no JVM starts
+    if args.task != TASK and (args.part == "lines" or args.start_note):
+        ap.error(f"--part lines and --start-note are written for {TASK}'s animals, not {args.task}")
+    split = ScienceWorldEnv().variations(args.task, args.split)  # the catalogue: no JVM starts
     if bad := [v for v in args.variations if v not in split]:
-        ap.error(f"--variations {bad}: not find-animal {args.split} variations ({split[0]}–{split[-1]})")
+        ap.error(f"--variations {bad}: not {args.task} {args.split} variations ({split[0]}–{split[-1]})")
     torch.set_num_threads(max(1, min(args.threads, os.cpu_count() or 1)))
     _, root = fresh_dir(args.root or default_sessions_root(), time.strftime("bench_sw_search-%Y%m%d-%H%M%S"))
     policy = load_policy(dataclasses.replace(RunConfig().policy, warm_start=args.warm_start))
@@ -237,12 +246,13 @@ def main(argv: list[str] | None = None) -> int:
     per_seed: dict[str, dict[str, list[list[float]]]] = {}
     for seed in args.seeds:
         cfg = RunConfig(run_id=f"sw-search-{seed}", seed=seed,
-                        env=EnvConfig(name="scienceworld", task=TASK, variations=tuple(args.variations),
+                        env=EnvConfig(name="scienceworld", task=args.task, variations=tuple(args.variations),
                                       step_limit=args.step_limit, record_line=True),
                         memory=MemoryConfig(embedder="minilm", pin_curated=False, structure=args.structure), rollout=RolloutConfig(group_size=args.group_size))  # fmt: skip
         trainer = Trainer(cfg, Session.create(root, cfg), policy=policy, embedder=embedder)
         try:
-            rows = {v: trials(trainer, v, seed, args.trials, args.temperature, args.start_note, args.split) for v in args.variations}
+            rows = {v: trials(trainer, v, seed, args.trials, args.temperature, args.start_note, args.split, args.task)
+                    for v in args.variations}  # fmt: skip
         finally:
             trainer.close()
         # per measure: one list per trial, the variations' values in order
@@ -250,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
                                for m in MEASURES}  # fmt: skip
     if any(not torch.equal(a, b) for a, b in zip(frozen, policy.trainable_parameters(), strict=True)):
         raise RuntimeError("the weights changed; the trials must run frozen")
-    lines = [f"### Memory trials on {TASK}, frozen weights ({args.warm_start}), {args.split} variations {args.variations}, "
+    lines = [f"### Memory trials on {args.task}, frozen weights ({args.warm_start}), {args.split} variations {args.variations}, "
              f"seeds {args.seeds}, memory {args.structure}, start note {args.start_note or 'none'}, group {args.group_size}, step limit {args.step_limit}, T = {args.temperature} "
              "(mean over seeds and variations)", "",
              "| trial | " + " | ".join(MEASURES) + " |", "|---|" + "---|" * len(MEASURES)]  # fmt: skip
@@ -259,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
         lines.append(f"| {t} ({'naive' if t == 0 else 'memory'}) | " + " | ".join(f"{c:.2f}" for c in cells) + " |")
     table = "\n".join(lines)
     print("\n" + table + f"\n\n({time.perf_counter() - t0:.0f} s; sessions under {root})")
-    write_result(args.result, __file__, argv, t0, args.seeds, per_seed, variations=args.variations,
+    write_result(args.result, __file__, argv, t0, args.seeds, per_seed, task=args.task, variations=args.variations,
                  warm_start=args.warm_start, start_note=args.start_note, structure=args.structure, table=table)  # fmt: skip
     return 0
 

@@ -21,6 +21,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
     (["--trials", "0"], "--trials must be ≥ 1, got 0"),
     (["--group-size", "1"], "--group-size must be ≥ 2 and --step-limit ≥ 1, got 1 and 10"),
     (["--start-note", "garden"], "argument --start-note: invalid choice: 'garden'"),
+    (["--task", "find-plant", "--start-note", "outside"], "--part lines and --start-note are written for find-animal's animals, not find-plant"),
+    (["--task", "find-plant", "--variations", "1"], "--variations [1]: not find-plant dev variations"),
+    (["--task", "boil"], "argument --task: invalid choice: 'boil'"),
 ])  # fmt: skip
 def test_bad_arguments_are_refused_by_name(argv, message, capsys):
     import bench_sw_search as bench
@@ -45,17 +48,18 @@ def test_episode_measures_read_outside_a_scoring_focus_and_tips_per_step():
     ep = Episode(episode_id="e", env="scienceworld", task="find-animal", variation=150, split="dev",
                  rollout_mode="memory", update_mode=None, decoding="constrained", temperature=1.0, seed=0,
                  steps=steps, score=75.0, won=False, first_observation="This room is called the kitchen.")  # fmt: skip
-    assert bench.episode_measures(ep) == {"success": 0.0, "stood outside": 1.0, "focused on an animal": 1.0,
+    assert bench.episode_measures(ep) == {"success": 0.0, "stood outside": 1.0, "focus scored": 1.0,
                                           "tips read per step": 1.0}  # (2 + 1 + 0) / 3  # fmt: skip
     indoors = replace(ep, steps=(_step(0, "focus on picture", -100.0, "You focus on the picture.", 0),))
-    assert bench.episode_measures(indoors) == {"success": 0.0, "stood outside": 0.0, "focused on an animal": 0.0,
+    assert bench.episode_measures(indoors) == {"success": 0.0, "stood outside": 0.0, "focus scored": 0.0,
                                                "tips read per step": 0.0}  # fmt: skip
 
 
-def _run(tmp_path, name, structure, seeds):
-    """A trials result file: per seed, per measure, one list per trial of the 2 variations' values."""
+def _run(tmp_path, name, structure, seeds, key="focused on an animal"):
+    """A trials result file: per seed, per measure, one list per trial of the 2 variations' values (`key`:
+    the focus measure's name, old or new)."""
     data = {"variations": [150, 157], "start_note": "", "results": {
-        str(s): {"success": success, "focused on an animal": focused} for s, (success, focused) in seeds.items()}}
+        str(s): {"success": success, key: focused} for s, (success, focused) in seeds.items()}}
     if structure:
         data["structure"] = structure
     (tmp_path / f"{name}.json").write_text(json.dumps(data))
@@ -67,7 +71,7 @@ def test_compare_sets_the_memories_side_by_side(tmp_path):
     # flat (no "structure" key: a file from before the option), seeds 0 and 1, 2 memory trials
     _run(tmp_path, "f0", None, {0: ([[0, 0], [0.5, 0], [1, 0]], [[0, 0], [0.5, 0], [1, 0]])})
     _run(tmp_path, "f1", None, {1: ([[0, 0], [0, 0], [0, 0.25]], [[0, 0], [0, 0.5], [0, 0.5]])})
-    _run(tmp_path, "c0", "flat-counts", {0: ([[0, 0], [0, 0], [0, 0]], [[0, 0], [0, 0], [0, 0]])})
+    _run(tmp_path, "c0", "flat-counts", {0: ([[0, 0], [0, 0], [0, 0]], [[0, 0], [0, 0], [0, 0]])}, key="focus scored")
     table, arms = bench.compare(["f0", "f1", "c0"], tmp_path)
     flat = arms["flat"]
     # seed 0: (0.5 + 0 + 1 + 0) / 4 = 0.375; seed 1: 0.25 / 4 = 0.0625; per trial: (0, 0.25, 0.5) and (0, 0, 0.125)
