@@ -7,8 +7,9 @@ plan. This benchmark asks whether memory rollouts reading those tips reach the a
 weight changes: per (seed, variation), trial 0 is a naive group, trials 1…K memory groups (the paper's
 retrieval, top 10 by score), each group writing its tips after it (the policy's own sentence, then the
 record line: `EnvConfig.record_line` on), the weights frozen (checked). The variation's memory
-partition starts empty for each seed. `--structure` picks the memory (`memory.structure`, issue 49's arms):
-flat is the paper's; the others rank by similarity and the tips' used/helped counts (docs/memory-structure.md).
+partition starts empty for each seed. `--structure` picks the memory (`memory.structure`): flat is the
+paper's (the retrieval above); flat-counts and flat-counts-wins rank by similarity and the tips' used/helped
+counts, the latter with won episodes' notes first (docs/memory-structure.md).
 
 Per trial: success, and the share of episodes that stood outside (where every variation keeps its
 animals) and whose focus scored (on an animal, or on `--task`'s target). `--task` runs another find task
@@ -149,10 +150,11 @@ def part_lines(policy, variations: list[int]) -> tuple[str, dict]:
 
 
 def compare(names: list[str], results_dir: Path | None = None) -> tuple[str, dict]:
-    """--part compare: per memory (`structure`, flat when a file predates the option), per seed, the mean
-    success over the memory trials and variations, and the searches (seed × variation) in which some
-    memory trial's focus scored. Raises ValueError on a missing file, a file of another part, or
-    files of one memory that disagree on trials or variations."""
+    """--part compare: per (task, memory) — `structure`, flat when a file predates the option; the task
+    find-animal when it predates `--task` — per seed, the mean success over the memory trials and
+    variations, and the searches (seed × variation) in which some memory trial's focus scored. Raises
+    ValueError on a missing file, a file of another part or benchmark, a seed read twice, or files of one
+    (task, memory) that disagree on trials or variations."""
     from _results import RESULTS
 
     results_dir = results_dir or RESULTS
@@ -162,28 +164,33 @@ def compare(names: list[str], results_dir: Path | None = None) -> tuple[str, dic
         if not path.is_file():
             raise ValueError(f"--inputs {name}: no {path.name} in {results_dir}")
         data = json.loads(path.read_text(encoding="utf-8"))
-        if data.get("start_note") or not isinstance(data.get("results"), dict) or "success" not in next(iter(data["results"].values()), {}):
+        per_seed = data.get("results")
+        if (data.get("start_note") or not isinstance(per_seed, dict) or not per_seed or "variations" not in data
+                or any("success" not in m or ("focus scored" not in m and OLD_FOCUS not in m) for m in per_seed.values())):  # fmt: skip
             raise ValueError(f"--inputs {name}: not a --part trials run from an empty memory")
-        arm = arms.setdefault(data.get("structure", "flat"), {"files": [], "seeds": [], "per_seed_success": [], "per_trial": [],
-                                                               "found": 0, "searches": 0, "variations": data["variations"]})  # fmt: skip
+        label = f"{data.get('task', TASK)}, {data.get('structure', 'flat')}"
+        arm = arms.setdefault(label, {"files": [], "seeds": [], "per_seed_success": [], "per_trial": [],
+                                      "found": 0, "searches": 0, "variations": data["variations"]})  # fmt: skip
         if arm["variations"] != data["variations"]:
-            raise ValueError(f"--inputs {name}: variations {data['variations']}, another run of its memory {arm['variations']}")
+            raise ValueError(f"--inputs {name}: variations {data['variations']}, another run of {label} {arm['variations']}")
         arm["files"].append(name)
-        for seed, m in data["results"].items():
+        for seed, m in per_seed.items():
             success, focused = m["success"], m.get("focus scored", m.get(OLD_FOCUS))
+            if int(seed) in arm["seeds"]:
+                raise ValueError(f"--inputs {name}: seed {seed} of {label} was already read from {arm['files'][:-1]}")
             if arm["per_trial"] and len(success) != len(arm["per_trial"][0]):
-                raise ValueError(f"--inputs {name}: {len(success) - 1} trials, another run of its memory {len(arm['per_trial'][0]) - 1}")
+                raise ValueError(f"--inputs {name}: {len(success) - 1} trials, another run of {label} {len(arm['per_trial'][0]) - 1}")
             arm["seeds"].append(int(seed))
             arm["per_seed_success"].append(statistics.fmean(x for t in success[1:] for x in t))
             arm["per_trial"].append([statistics.fmean(t) for t in success])
             arm["found"] += sum(any(t[v] > 0 for t in focused[1:]) for v in range(len(data["variations"])))
             arm["searches"] += len(data["variations"])
-    lines = ["| memory | seeds | success over the memory trials, per seed | mean | success per trial (mean over seeds) | searches that found an animal |",
+    lines = ["| task, memory | seeds | success over the memory trials, per seed | mean | success per trial (mean over seeds) | searches whose focus scored |",
              "|---|---|---|---|---|---|"]  # fmt: skip
-    for arm_name, a in arms.items():
+    for label, a in arms.items():
         a["per_trial"] = [statistics.fmean(col) for col in zip(*a["per_trial"], strict=True)]
         a["mean"] = statistics.fmean(a["per_seed_success"])
-        lines.append(f"| {arm_name} | {', '.join(map(str, a['seeds']))} | {' / '.join(f'{x:.2f}' for x in a['per_seed_success'])} | "
+        lines.append(f"| {label} | {', '.join(map(str, a['seeds']))} | {' / '.join(f'{x:.2f}' for x in a['per_seed_success'])} | "
                      f"{a['mean']:.2f} | {' '.join(f'{x:.2f}' for x in a['per_trial'])} | {a['found']} of {a['searches']} |")  # fmt: skip
     return "\n".join(lines), arms
 
@@ -204,13 +211,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--start-note", default="", choices=["", *SCIENCEWORLD_PLACES], metavar="ROOM",
                     help="each variation's memory starts with the search line that sends the agent to ROOM")
     ap.add_argument("--structure", default="flat", choices=MEMORY_STRUCTURES,
-                    help="memory.structure: flat is the paper's (best score first); the others issue 49's arms")
+                    help="memory.structure: flat is the paper's (best score first); docs/memory-structure.md for the others")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--warm-start", default=str(WARM_START_DIR / auto_warm_start("scienceworld")))
     ap.add_argument("--root", type=Path, default=None)
     add_result_option(ap)
     args = ap.parse_args(argv)
     if args.part == "compare":
+        if not args.inputs:
+            ap.error("--part compare needs --inputs NAME ... (result files of trial runs)")
         t0 = time.perf_counter()
         try:
             table, results = compare(args.inputs)

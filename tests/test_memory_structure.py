@@ -113,6 +113,8 @@ def test_wins_first_keeps_a_won_note_in_front():
     assert [rows[i]["id"] for i in st.retrieval_order(rows, sims, 0.5, 10, wins_first=True)] == ["P", "B", "A", "C"]
     rows[1]["score"] = 99.0  # one short of a win: ranked as any other note
     assert [rows[i]["id"] for i in st.retrieval_order(rows, sims, 0.5, 10, wins_first=True)] == ["P", "A", "C", "B"]
+    with pytest.raises(ValueError, match="a random order"):
+        st.retrieval_order(rows, sims, 0.5, 10, seed=1, wins_first=True)
 
 
 def _row(i, text="old", score=100.0, used=0, helped=0, created_at=1.0, retired=False, pinned=False):
@@ -389,6 +391,20 @@ def test_flat_counts_wins_as_a_store(tmp_path):
     # rank: similarity + 0.5·½ for both (never read): 1.25 against 0.85, so flat-counts shows the failed note first
     assert arms == {"flat-counts": ["searched the kitchen", "found it outside"],
                     "flat-counts-wins": ["found it outside", "searched the kitchen"]}
+    # the why and why-not say it
+    [(shown, _)] = s.retrieve_explained(TASK, 0, ["query"], places=["kitchen"])
+    assert "a won episode's: shown first" in shown[0].why and "won episodes' notes go first" not in shown[1].why
+
+
+def test_a_merge_keeps_the_better_source_score(tmp_path):
+    # the full design merges a near duplicate of the same outcome (both scored > 0; text cosine 1.0 here)
+    emb = KeyedEmbedder({"the bulb is in the workshop": _unit(0)})
+    s = _store(tmp_path, emb, structure="structured")
+    kitchen = "This room is called the kitchen. In it, you see: a table."
+    for eid, score in (("half", 50.0), ("won", 100.0)):
+        s.add_episode_tips(_episode(eid, ["look around"], [kitchen], score, first=kitchen), "the bulb is in the workshop", "k")
+    [kept] = s.group_rows(TASK, 0, "kitchen")
+    assert (kept["score"], kept["merged_sources"]) == (100.0, "won")  # the older text stays, with the won score
 
 
 @pytest.mark.parametrize("arm", ["groups", "flat-counts", "structured-random"])

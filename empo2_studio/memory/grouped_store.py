@@ -33,7 +33,7 @@ from empo2_studio.memory import structure as st
 from empo2_studio.memory.embedder import Embedder
 from empo2_studio.memory.grouped_io import GroupedCuration
 from empo2_studio.memory.tip_table import checked_entries, new_row
-from empo2_studio.types import Episode, RetrievedTip, SkippedTip, Tip
+from empo2_studio.types import WIN_SCORE, Episode, RetrievedTip, SkippedTip, Tip
 
 GROUPS = "groups"
 _COLS = ["id", "text", "action", "origin", "score", "seq", "created_at", "enabled", "place", "used", "helped", "pinned", "retired",
@@ -196,6 +196,8 @@ class StructuredTipStore(GroupedCuration):
                     target = next(r for r in pool if r["id"] == p.target)
                     target["used"] += row["used"]
                     target["helped"] += row["helped"]
+                    # the tip keeps its best source score: a won episode's duplicate of an older note makes it a won note
+                    target["score"] = max(float(target["score"]), float(row["score"]))
                     target["merged_sources"] = grec.with_source(target["merged_sources"], row["source_episode_id"])
                     updates[target["id"]] = target
                     continue
@@ -216,7 +218,7 @@ class StructuredTipStore(GroupedCuration):
             for rid, r in updates.items():
                 if not any(f["id"] == rid for f in fresh):
                     self._table.update(where=col("id") == lit(rid), values={k: r[k] for k in (
-                        "used", "helped", "merged_sources", "retired", "retired_reason")})  # fmt: skip
+                        "used", "helped", "score", "merged_sources", "retired", "retired_reason")})  # fmt: skip
             if fresh:
                 self._add_rows(fresh)
             added += fresh
@@ -261,8 +263,8 @@ class StructuredTipStore(GroupedCuration):
     ) -> list[tuple[list[RetrievedTip], list[SkippedTip]]]:
         """Per query: the tips shown and the nearest ones not shown, with why. The query's group is
         (task, variation, place) with `places[i]` (None: the place the query text shows, else
-        ANYWHERE), together with the ANYWHERE group; order: pinned, then rank (`structure.rank`),
-        `cfg.top_k` shown. Retired and disabled tips are never shown (reported as skipped)."""
+        ANYWHERE), together with the ANYWHERE group; order: pinned, then (`rules.wins_first`) notes of
+        won episodes, then rank (`structure.rank`), `cfg.top_k` shown. Retired and disabled tips are never shown (reported as skipped)."""
         rec.check_task(task), rec.check_variation(variation)
         if isinstance(query_texts, str):
             raise ValueError("pass a list of query texts, not a single string")
@@ -289,8 +291,12 @@ class StructuredTipStore(GroupedCuration):
     def _why(self, r: dict[str, Any], sim: float) -> str:
         """"group kitchen · pinned · rank 1.03 = similarity 0.78 + 0.5·(1+1)/(2+2) · used 2, helped 1"."""
         u, h, w = r["used"], r["helped"], self.rules.count_weight
-        pin = " · pinned" if r["pinned"] else " · a random pick" if self.rules.random_order else ""
+        pin = (" · pinned" if r["pinned"] else " · a random pick" if self.rules.random_order
+               else " · a won episode's: shown first" if self._won_first(r) else "")  # fmt: skip
         return f"group {r['place']}{pin} · rank {st.rank(sim, u, h, w):.2f} = similarity {sim:.2f} + {w:g}·({h}+1)/({u}+2) · used {u}, helped {h}"
+
+    def _won_first(self, r: dict[str, Any]) -> bool:
+        return self.rules.wins_first and float(r["score"]) >= WIN_SCORE
 
     def _why_not(self, rows: list[dict[str, Any]], sims: list[float], shown: set[int]) -> list[SkippedTip]:
         out = []
@@ -299,8 +305,9 @@ class StructuredTipStore(GroupedCuration):
                 continue
             r = rows[i]
             rank = st.rank(sims[i], r["used"], r["helped"], self.rules.count_weight)
+            first = "; won episodes' notes go first" if self.rules.wins_first and not self._won_first(r) else ""
             why = (f"retired: {r['retired_reason']}" if r["retired"] else "disabled" if not r["enabled"]
-                   else f"outside the top {self.cfg.top_k} of group {r['place']} (rank {rank:.2f}, used {r['used']}, helped {r['helped']})")  # fmt: skip
+                   else f"outside the top {self.cfg.top_k} of group {r['place']} (rank {rank:.2f}, used {r['used']}, helped {r['helped']}{first})")  # fmt: skip
             out.append(SkippedTip(r["id"], r["text"], float(r["score"]), sims[i], why))
             if len(out) == 5:
                 break

@@ -19,11 +19,13 @@ the tip; helped: those of them that beat their group's running mean score (`help
 `StructureRules.count_weight` (0.5). The fraction is the helped rate with one imagined help and one
 imagined miss (Laplace), so a new tip starts at ½ and a tip needs a few readings before its counts
 outweigh a similarity gap: at λ = 0.5 the count term moves the rank by at most 0.5. Pinned tips (a
-teacher's pick) come first, then rank descending, ties newer first; `max_shown` (MemoryConfig.top_k) are shown.
+teacher's pick) come first, then (`wins_first`) tips of won episodes, then rank descending, ties newer
+first; `max_shown` (MemoryConfig.top_k) are shown.
 
 Writing a tip into its group (`placement`), against the group's live (not retired) tips, with `text_sim`
 the cosine between the tip TEXTS' embeddings:
-- exact duplicate (same text) → merged into the existing tip;
+- exact duplicate (same text) → merged into the existing tip, which keeps the better of the two source
+  scores (a won episode repeating an older note's text makes it a won note);
 - near duplicate: text_sim ≥ `near_duplicate` (0.95) and the same outcome → merged;
 - contradiction: text_sim ≥ `contradiction` (0.80) and the opposite outcome (outcome: the source episode
   scored > 0, or not) → the better record (`record`: the helped rate with the source episode counted as
@@ -170,6 +172,8 @@ def retrieval_order(rows: Sequence[dict[str, Any]], sims: Sequence[float], count
     live.sort(key=lambda i: (not rows[i]["pinned"], not (wins_first and rows[i]["score"] >= WIN_SCORE),
                              -rank(sims[i], rows[i]["used"], rows[i]["helped"], count_weight), -rows[i]["created_at"]))  # fmt: skip
     if seed is not None:
+        if wins_first:
+            raise ValueError("a random order (seed) keeps no won-first order: pass one or the other")
         pinned = [i for i in live if rows[i]["pinned"]]
         rest = [i for i in live if not rows[i]["pinned"]]
         random.Random(seed).shuffle(rest)
