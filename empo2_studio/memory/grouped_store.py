@@ -196,7 +196,7 @@ class StructuredTipStore(GroupedCuration):
                     target = next(r for r in pool if r["id"] == p.target)
                     target["used"] += row["used"]
                     target["helped"] += row["helped"]
-                    # the tip keeps its best source score: a won episode's duplicate of an older note makes it a won note
+                    # the tip keeps its best source score: a won episode's near duplicate of a lower-scored note makes it a won note
                     target["score"] = max(float(target["score"]), float(row["score"]))
                     target["merged_sources"] = grec.with_source(target["merged_sources"], row["source_episode_id"])
                     updates[target["id"]] = target

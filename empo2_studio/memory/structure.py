@@ -24,15 +24,15 @@ first; `max_shown` (MemoryConfig.top_k) are shown.
 
 Writing a tip into its group (`placement`), against the group's live (not retired) tips, with `text_sim`
 the cosine between the tip TEXTS' embeddings:
-- exact duplicate (same text) → merged into the existing tip, which keeps the better of the two source
-  scores (a won episode repeating an older note's text makes it a won note);
+- exact duplicate (same text) → merged into the existing tip;
 - near duplicate: text_sim ≥ `near_duplicate` (0.95) and the same outcome → merged;
 - contradiction: text_sim ≥ `contradiction` (0.80) and the opposite outcome (outcome: the source episode
   scored > 0, or not) → the better record (`record`: the helped rate with the source episode counted as
   the first reading) stays, the other is retired; ties go to the newer tip;
 - otherwise added.
 A teacher's tip (added by hand, or pinned) is never merged into or retired by these rules, and a new one
-is always added (the store refuses an exact duplicate). Merging sums `used` and `helped` into the kept tip and appends the merged tip's source episode to its
+is always added (the store refuses an exact duplicate). Merging sums `used` and `helped` into the kept tip, keeps the better of the two source scores (a won
+episode's near duplicate of a note that scored less makes it a won note) and appends the merged tip's source episode to its
 `merged_sources`; the kept text is never rewritten. After an add, a group over `max_stored` live tips
 retires the worst (`evict`).
 """
