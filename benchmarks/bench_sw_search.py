@@ -84,13 +84,13 @@ def trials(trainer: Trainer, variation: int, seed: int, n_trials: int, temperatu
     first holding the `--start-note` line when `start_note` names a room). One row per trial."""
     rows = []
     if start_note:
-        first = trainer.envs(1)[0].reset(TASK, variation).text
+        first = trainer.envs(1)[0].reset(task, variation).text
         start = place_in(first, SCIENCEWORLD_PLACES)
         if start in (None, start_note):
             raise ValueError(f"variation {variation} starts in {start!r}: the start note to {start_note!r} would say nothing")
         # keyed by the start's observation, as an episode's own note is keyed by its conversation: a tip keyed
         # by its own text fell below the similarity threshold at most steps (2026-12-07, tips read 0.00–0.50)
-        trainer.store.add_tip(TASK, variation, f"{RECORD_PREFIX} No animal was found in: {start}. Next time: "
+        trainer.store.add_tip(task, variation, f"{RECORD_PREFIX} No animal was found in: {start}. Next time: "
                                                f"teleport to {start_note}, then look around.", key_text=first)  # fmt: skip
     for trial in range(n_trials + 1):
         mode = "naive" if trial == 0 else "memory"
@@ -169,7 +169,7 @@ def compare(names: list[str], results_dir: Path | None = None) -> tuple[str, dic
                 or any("success" not in m or ("focus scored" not in m and OLD_FOCUS not in m) for m in per_seed.values())):  # fmt: skip
             raise ValueError(f"--inputs {name}: not a --part trials run from an empty memory")
         label = f"{data.get('task', TASK)}, {data.get('structure', 'flat')}"
-        arm = arms.setdefault(label, {"files": [], "seeds": [], "per_seed_success": [], "per_trial": [],
+        arm = arms.setdefault(label, {"files": [], "seeds": [], "per_seed_success": [], "per_seed_trials": [],
                                       "found": 0, "searches": 0, "variations": data["variations"]})  # fmt: skip
         if arm["variations"] != data["variations"]:
             raise ValueError(f"--inputs {name}: variations {data['variations']}, another run of {label} {arm['variations']}")
@@ -178,17 +178,17 @@ def compare(names: list[str], results_dir: Path | None = None) -> tuple[str, dic
             success, focused = m["success"], m.get("focus scored", m.get(OLD_FOCUS))
             if int(seed) in arm["seeds"]:
                 raise ValueError(f"--inputs {name}: seed {seed} of {label} was already read from {arm['files'][:-1]}")
-            if arm["per_trial"] and len(success) != len(arm["per_trial"][0]):
-                raise ValueError(f"--inputs {name}: {len(success) - 1} trials, another run of {label} {len(arm['per_trial'][0]) - 1}")
+            if arm["per_seed_trials"] and len(success) != len(arm["per_seed_trials"][0]):
+                raise ValueError(f"--inputs {name}: {len(success) - 1} trials, another run of {label} {len(arm['per_seed_trials'][0]) - 1}")
             arm["seeds"].append(int(seed))
             arm["per_seed_success"].append(statistics.fmean(x for t in success[1:] for x in t))
-            arm["per_trial"].append([statistics.fmean(t) for t in success])
+            arm["per_seed_trials"].append([statistics.fmean(t) for t in success])
             arm["found"] += sum(any(t[v] > 0 for t in focused[1:]) for v in range(len(data["variations"])))
             arm["searches"] += len(data["variations"])
     lines = ["| task, memory | seeds | success over the memory trials, per seed | mean | success per trial (mean over seeds) | searches whose focus scored |",
              "|---|---|---|---|---|---|"]  # fmt: skip
     for label, a in arms.items():
-        a["per_trial"] = [statistics.fmean(col) for col in zip(*a["per_trial"], strict=True)]
+        a["per_trial"] = [statistics.fmean(col) for col in zip(*a["per_seed_trials"], strict=True)]
         a["mean"] = statistics.fmean(a["per_seed_success"])
         lines.append(f"| {label} | {', '.join(map(str, a['seeds']))} | {' / '.join(f'{x:.2f}' for x in a['per_seed_success'])} | "
                      f"{a['mean']:.2f} | {' '.join(f'{x:.2f}' for x in a['per_trial'])} | {a['found']} of {a['searches']} |")  # fmt: skip

@@ -33,7 +33,7 @@ from empo2_studio.memory import structure as st
 from empo2_studio.memory.embedder import Embedder
 from empo2_studio.memory.grouped_io import GroupedCuration
 from empo2_studio.memory.tip_table import checked_entries, new_row
-from empo2_studio.types import WIN_SCORE, Episode, RetrievedTip, SkippedTip, Tip
+from empo2_studio.types import Episode, RetrievedTip, SkippedTip, Tip
 
 GROUPS = "groups"
 _COLS = ["id", "text", "action", "origin", "score", "seq", "created_at", "enabled", "place", "used", "helped", "pinned", "retired",
@@ -296,7 +296,7 @@ class StructuredTipStore(GroupedCuration):
         return f"group {r['place']}{pin} · rank {st.rank(sim, u, h, w):.2f} = similarity {sim:.2f} + {w:g}·({h}+1)/({u}+2) · used {u}, helped {h}"
 
     def _won_first(self, r: dict[str, Any]) -> bool:
-        return self.rules.wins_first and float(r["score"]) >= WIN_SCORE
+        return self.rules.wins_first and st.won(r)
 
     def _why_not(self, rows: list[dict[str, Any]], sims: list[float], shown: set[int]) -> list[SkippedTip]:
         out = []

@@ -161,6 +161,11 @@ def source_rate(used: int, helped: int, score: float) -> float:
     return rate(used + 1, helped + (outcome(score) > 0))
 
 
+def won(row: dict[str, Any]) -> bool:
+    """Did the tip's source episode win (score ≥ `types.WIN_SCORE`)? What `wins_first` puts first."""
+    return float(row["score"]) >= WIN_SCORE
+
+
 def retrieval_order(rows: Sequence[dict[str, Any]], sims: Sequence[float], count_weight: float,
                     max_shown: int, *, threshold: float | None = None, seed: int | None = None,
                     wins_first: bool = False) -> list[int]:  # fmt: skip
@@ -169,7 +174,7 @@ def retrieval_order(rows: Sequence[dict[str, Any]], sims: Sequence[float], count
     above it. `seed`: the unpinned rows in a random order drawn with it instead of by rank (the random arm)."""
     live = [i for i, r in enumerate(rows) if r["enabled"] and not r["retired"]
             and (r["pinned"] or threshold is None or sims[i] > threshold)]  # fmt: skip
-    live.sort(key=lambda i: (not rows[i]["pinned"], not (wins_first and rows[i]["score"] >= WIN_SCORE),
+    live.sort(key=lambda i: (not rows[i]["pinned"], not (wins_first and won(rows[i])),
                              -rank(sims[i], rows[i]["used"], rows[i]["helped"], count_weight), -rows[i]["created_at"]))  # fmt: skip
     if seed is not None:
         if wins_first:
