@@ -9,7 +9,8 @@ retrieval, top 10 by score), each group writing its tips after it (the policy's 
 record line: `EnvConfig.record_line` on), the weights frozen (checked). The variation's memory
 partition starts empty for each seed. `--structure` picks the memory (`memory.structure`): flat is the
 paper's (the retrieval above); flat-counts and flat-counts-wins rank by similarity and the tips' used/helped
-counts, the latter with won episodes' notes first (docs/memory-structure.md).
+counts, the latter with won episodes' notes first; flat-rotate keeps the flat score order but puts notes whose
+readers mostly did not beat the group's mean behind the rest (docs/memory-structure.md).
 
 Per trial: success, and the share of episodes that stood outside (where every variation keeps its
 animals) and whose focus scored (on an animal, or on `--task`'s target). `--task` runs another find task

@@ -97,9 +97,33 @@ def test_threshold_and_random_order():
 
 
 def test_the_experiment_arms():
-    assert set(st.ARMS) == {"structured", "groups", "flat-counts", "structured-random", "flat-counts-wins"}
+    assert set(st.ARMS) == {"structured", "groups", "flat-counts", "structured-random", "flat-counts-wins", "flat-rotate"}
     assert st.ARMS["groups"].count_weight == 0.0 and not st.ARMS["flat-counts"].by_place and st.ARMS["structured-random"].random_order
     assert st.ARMS["flat-counts-wins"] == dataclasses.replace(st.ARMS["flat-counts"], wins_first=True)
+    assert st.ARMS["flat-rotate"] == dataclasses.replace(st.ARMS["flat-counts"], score_order=True)
+
+
+def test_score_order_rotates_notes_that_did_not_help():
+    # A: score 25, read by 8, helped 3 (3 < 8/2: unhelpful); B: score 83, read by 8, helped 6 (a found plan
+    # that keeps helping); C: score 25, never read, newer than A; D: -100, never read; E: 25, read 2, helped 1
+    # (1 = 2/2: not unhelpful). Similarities play no part in the order, only in the threshold.
+    rows = [dict(id=k, enabled=True, retired=False, pinned=False, used=u, helped=h, score=sc, created_at=c)
+            for k, u, h, sc, c in [("A", 8, 3, 25.0, 1), ("B", 8, 6, 83.0, 2), ("C", 0, 0, 25.0, 3),
+                                   ("D", 0, 0, -100.0, 4), ("E", 2, 1, 25.0, 0)]]  # fmt: skip
+    sims = [0.99, 0.55, 0.7, 0.9, 0.6]
+    order = lambda **kw: [rows[i]["id"] for i in st.retrieval_order(rows, sims, 0.5, 10, score_order=True, **kw)]  # noqa: E731
+    # helped or unread first (B 83; C and E at 25, the more similar first; D -100), then the unhelpful A
+    assert order() == ["B", "C", "E", "D", "A"]
+    sims[4] = 0.7  # E as similar as C: the newer (C) first
+    assert order() == ["B", "C", "E", "D", "A"]
+    assert order(threshold=0.65) == ["C", "E", "D", "A"]  # B (0.55) is not similar enough
+    sims[4] = 0.8
+    assert order() == ["B", "E", "C", "D", "A"]
+    rows[1]["helped"] = 3  # the found plan stops helping (3 < 8/2): behind every tip still in play
+    assert order() == ["E", "C", "D", "B", "A"]
+    assert [st.unhelpful(u, h) for u, h in [(0, 0), (1, 0), (2, 1), (3, 1), (8, 4)]] == [False, True, False, True, False]
+    with pytest.raises(ValueError, match="a random order"):
+        st.retrieval_order(rows, sims, 0.5, 10, seed=1, score_order=True)
 
 
 def test_wins_first_keeps_a_won_note_in_front():
@@ -394,6 +418,28 @@ def test_flat_counts_wins_as_a_store(tmp_path):
     # the why and why-not say it
     [(shown, _)] = s.retrieve_explained(TASK, 0, ["query"], places=["kitchen"])
     assert "a won episode's: shown first" in shown[0].why and "won episodes' notes go first" not in shown[1].why
+
+
+def test_flat_rotate_as_a_store(tmp_path):
+    # the flat memory's order (score first) until a note's readers mostly fail their group's mean
+    emb = KeyedEmbedder({"searched the kitchen": _unit(0), "searched the hallway": _unit(0, 1, 0.6), "query": _unit(0)})
+    kitchen = "This room is called the kitchen. In it, you see: a table."
+    s = _store(tmp_path, emb, structure="flat-rotate", top_k=1, similarity_threshold=0.5)
+    s.add_episode_tips(_episode("a", ["look around"], [kitchen], 25.0, first=kitchen), "searched the kitchen", "searched the kitchen")
+    s.add_episode_tips(_episode("b", ["look around"], [kitchen], 10.0, first=kitchen), "searched the hallway", "searched the hallway")
+    [(shown, skipped)] = s.retrieve_explained(TASK, 0, ["query"])
+    assert [t.text.split(";")[0] for t in shown] == ["searched the kitchen"]  # 25 before 10, whatever the similarity
+    assert shown[0].why == "group anywhere · score 25.0 · similarity 1.00 · used 0, helped 0"
+    # two readers of the kitchen note: the first scores -100 (below the group mean 0: no help), the second 5
+    # (above the mean -100 by then: helped); 1 of 2 is not below half, so the note keeps its place
+    for eid, score in (("r1", -100.0), ("r2", 5.0)):
+        s.record_episode(_episode(eid, ["look around"], [kitchen], score, first=kitchen, tips=shown))
+    [(shown, _)] = s.retrieve_explained(TASK, 0, ["query"])
+    assert shown[0].text.startswith("searched the kitchen") and "used 2, helped 1" in shown[0].why
+    s.record_episode(_episode("r3", ["look around"], [kitchen], -100.0, first=kitchen, tips=shown))  # mean -47.5 after two: -100 does not beat it
+    [(shown, skipped)] = s.retrieve_explained(TASK, 0, ["query"])
+    assert [t.text.split(";")[0] for t in shown] == ["searched the hallway"]
+    assert skipped[0].reason.endswith("(score 25.0, used 3, helped 1: did not help, behind the rest)")
 
 
 def test_a_merge_keeps_the_better_source_score(tmp_path):

@@ -22,6 +22,12 @@ outweigh a similarity gap: at λ = 0.5 the count term moves the rank by at most 
 teacher's pick) come first, then (`wins_first`) tips of won episodes, then rank descending, ties newer
 first; `max_shown` (MemoryConfig.top_k) are shown.
 
+Score order (`StructureRules.score_order`, the `flat-rotate` arm): the flat memory's order (the source
+episode's score, descending; ties by higher similarity, then newer) in place of `rank`, except that a tip whose readers mostly
+did not beat their group's mean (`unhelpful`: helped < used / 2, i.e. a Laplace rate below ½) goes behind
+every tip that helped or was never read. A note that helps keeps its place; one that does not gives way to
+the next, so a stalled search rotates while a found plan stays in front.
+
 Writing a tip into its group (`placement`), against the group's live (not retired) tips, with `text_sim`
 the cosine between the tip TEXTS' embeddings:
 - exact duplicate (same text) → merged into the existing tip;
@@ -68,6 +74,9 @@ class StructureRules:
     wins_first: bool = False
     """Tips whose source episode won (score ≥ `types.WIN_SCORE`) come before every other unpinned tip,
     whatever their rank: a solution stays in front while the other notes rotate by their counts."""
+    score_order: bool = False
+    """Order by the source episode's score (the flat memory's order) instead of `rank`, tips that did not
+    help their readers (`unhelpful`) behind the rest (module docstring, "Score order")."""
     random_order: bool = False
     """Show a random sample of the group's live tips instead of the best ranked (the "does the content
     matter?" arm); seeded by the query, so a replay shows the same sample."""
@@ -80,13 +89,17 @@ ARMS: dict[str, StructureRules] = {
     "structured-random": StructureRules(random_order=True),
     "flat-counts-wins": StructureRules(near_duplicate=2.0, contradiction=2.0, max_stored=1000, by_place=False, threshold=True,
                                        wins_first=True),
+    "flat-rotate": StructureRules(near_duplicate=2.0, contradiction=2.0, max_stored=1000, by_place=False, threshold=True,
+                                  score_order=True),
 }
 """The rules of each non-flat `memory.structure` (issue 49's experiment arms, item 2):
 structured: the full design; groups: groups by place, rank = similarity alone, no merge or contradiction
 (exact duplicates still merge, as the flat memory skips them); flat-counts: one group per variation, the flat
 threshold, rank = similarity + counts, the flat cap of 1000; structured-random: the full design showing a
 random sample of the group (same count); flat-counts-wins: flat-counts with won notes first (ScienceWorld's
-search, docs/notebook/2026-12-07-sw-memory-arms.md). A cosine never reaches 2.0, so those rules never fire."""
+search, docs/notebook/2026-12-07-sw-memory-arms.md); flat-rotate: flat-counts' store in the flat memory's score
+order, unhelpful tips behind (docs/notebook/2026-12-07-sw-flat-rotate.md). A cosine never reaches 2.0, so
+those rules never fire."""
 
 
 @dataclass(frozen=True)
@@ -161,6 +174,12 @@ def source_rate(used: int, helped: int, score: float) -> float:
     return rate(used + 1, helped + (outcome(score) > 0))
 
 
+def unhelpful(used: int, helped: int) -> bool:
+    """Did most of a tip's readers fail to beat their group's mean (helped < used / 2, the Laplace rate
+    below ½)? A tip never read is not. What `score_order` puts behind the rest."""
+    return 2 * helped < used
+
+
 def won(row: dict[str, Any]) -> bool:
     """Did the tip's source episode win (score ≥ `types.WIN_SCORE`)? What `wins_first` puts first."""
     return float(row["score"]) >= WIN_SCORE
@@ -168,17 +187,28 @@ def won(row: dict[str, Any]) -> bool:
 
 def retrieval_order(rows: Sequence[dict[str, Any]], sims: Sequence[float], count_weight: float,
                     max_shown: int, *, threshold: float | None = None, seed: int | None = None,
-                    wins_first: bool = False) -> list[int]:  # fmt: skip
+                    wins_first: bool = False, score_order: bool = False) -> list[int]:  # fmt: skip
     """Indices of the live rows to show, best first: pinned first, then (`wins_first`) the rows whose
-    source episode won, then rank desc, ties newer first. `threshold`: unpinned rows need a similarity
-    above it. `seed`: the unpinned rows in a random order drawn with it instead of by rank (the random arm)."""
+    source episode won, then rank desc, ties newer first. `score_order`: in place of rank, the tips that
+    helped or were never read before the `unhelpful` ones, each part by source score desc, ties by higher
+    similarity, then newer (the flat memory's order).
+    `threshold`: unpinned rows need a similarity above it. `seed`: the unpinned rows in a random order drawn
+    with it instead of by rank (the random arm). ValueError: `seed` with `wins_first` or `score_order`."""
+    if seed is not None and (wins_first or score_order):
+        raise ValueError("a random order (seed) keeps no won-first or score order: pass one or the other")
     live = [i for i, r in enumerate(rows) if r["enabled"] and not r["retired"]
             and (r["pinned"] or threshold is None or sims[i] > threshold)]  # fmt: skip
-    live.sort(key=lambda i: (not rows[i]["pinned"], not (wins_first and won(rows[i])),
-                             -rank(sims[i], rows[i]["used"], rows[i]["helped"], count_weight), -rows[i]["created_at"]))  # fmt: skip
+
+    def order(i: int) -> tuple:
+        r = rows[i]
+        if score_order:
+            within: tuple = (unhelpful(r["used"], r["helped"]), -float(r["score"]), -sims[i])
+        else:
+            within = (-rank(sims[i], r["used"], r["helped"], count_weight),)
+        return (not r["pinned"], not (wins_first and won(r)), *within, -r["created_at"])
+
+    live.sort(key=order)
     if seed is not None:
-        if wins_first:
-            raise ValueError("a random order (seed) keeps no won-first order: pass one or the other")
         pinned = [i for i in live if rows[i]["pinned"]]
         rest = [i for i in live if not rows[i]["pinned"]]
         random.Random(seed).shuffle(rest)
