@@ -10,7 +10,8 @@ record line: `EnvConfig.record_line` on), the weights frozen (checked). The vari
 partition starts empty for each seed. `--structure` picks the memory (`memory.structure`): flat is the
 paper's (the retrieval above); flat-counts and flat-counts-wins rank by similarity and the tips' used/helped
 counts, the latter with won episodes' notes first; flat-rotate keeps the flat score order but puts notes whose
-readers mostly did not beat the group's mean behind the rest (docs/memory-structure.md).
+readers mostly did not beat the group's mean behind the rest, flat-rotate-source those whose readers mostly
+scored below the note's own episode (docs/memory-structure.md).
 
 Per trial: success, and the share of episodes that stood outside (where every variation keeps its
 animals) and whose focus scored (on an animal, or on `--task`'s target). `--task` runs another find task

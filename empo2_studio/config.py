@@ -141,7 +141,7 @@ class MemoryConfig:
     note_context: NoteContext = "auto"
     """A tip follows the whole episode (§2) or joins one note per observation; auto: as the writer was trained."""
     structure: MemoryStructure = "flat"
-    """flat: one list per variation, best score first (paper §2); structured: groups by place, ranked by similarity and used/helped counts; groups, flat-counts, structured-random, flat-counts-wins, flat-rotate: its ablations and variants (docs/memory-structure.md)."""
+    """flat: one list per variation, best score first (paper §2); structured: groups by place, ranked by similarity and used/helped counts; groups, flat-counts, structured-random, flat-counts-wins, flat-rotate, flat-rotate-source: its ablations and variants (docs/memory-structure.md)."""
     tip_token_budget: int = 0
     """Tokens of tips one prompt may show, cut in rank order (`prompts.budget_cut`; tokens counted by `prompts.tip_tokens`); 0: no budget."""
 

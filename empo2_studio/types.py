@@ -42,7 +42,8 @@ NoteContext = Literal["auto", "episode", "observation"]
 (`memory.reflection.write_observation_notes`); auto: what the note writer was trained on
 (`policy.note_writer.note_context`)."""
 
-MemoryStructure = Literal["flat", "structured", "groups", "flat-counts", "structured-random", "flat-counts-wins", "flat-rotate"]
+MemoryStructure = Literal["flat", "structured", "groups", "flat-counts", "structured-random", "flat-counts-wins", "flat-rotate",
+                          "flat-rotate-source"]
 """How the tip memory is organised: one list per variation ranked by score (paper §2), or groups by task
 and place with used/helped counts, merges and a cap per group (`memory.structure`, docs/memory-structure.md);
 the rest are issue 49's experiment arms and a variant measured on ScienceWorld's search (`memory.structure.ARMS`)."""

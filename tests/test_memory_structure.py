@@ -97,10 +97,12 @@ def test_threshold_and_random_order():
 
 
 def test_the_experiment_arms():
-    assert set(st.ARMS) == {"structured", "groups", "flat-counts", "structured-random", "flat-counts-wins", "flat-rotate"}
+    assert set(st.ARMS) == {"structured", "groups", "flat-counts", "structured-random", "flat-counts-wins", "flat-rotate",
+                            "flat-rotate-source"}
     assert st.ARMS["groups"].count_weight == 0.0 and not st.ARMS["flat-counts"].by_place and st.ARMS["structured-random"].random_order
     assert st.ARMS["flat-counts-wins"] == dataclasses.replace(st.ARMS["flat-counts"], wins_first=True)
     assert st.ARMS["flat-rotate"] == dataclasses.replace(st.ARMS["flat-counts"], score_order=True)
+    assert st.ARMS["flat-rotate-source"] == dataclasses.replace(st.ARMS["flat-rotate"], helped_by="source")
 
 
 def test_score_order_rotates_notes_that_did_not_help():
@@ -487,3 +489,26 @@ def test_scienceworld_observations_name_their_place():
         for action in ("teleport to art studio", "look around", "teleport to outside", "look around", "wait1"):
             seen.append(env.place_of(env.step(action).observation.text))
     assert seen == ["hallway", "art studio", "art studio", "outside", "outside", None]  # "wait1" names no place
+
+
+def test_flat_rotate_source_counts_a_reader_helped_when_the_note_held(tmp_path):
+    # the stall of docs/notebook/2026-12-07-sw-flat-rotate.md: a 25-point search note whose readers time out
+    # at 17. Against the group's mean (pulled down by -100s) they "helped"; against the note's own 25 they did not.
+    emb = KeyedEmbedder({"go to the bedroom": _unit(0), "go to the hallway": _unit(0, 1, 0.6), "query": _unit(0)})
+    kitchen = "This room is called the kitchen. In it, you see: a table."
+    arms = {}
+    for arm in ("flat-rotate", "flat-rotate-source"):
+        s = _store(tmp_path / arm, emb, structure=arm, top_k=1, similarity_threshold=0.5)
+        s.add_episode_tips(_episode("a", ["look around"], [kitchen], 25.0, first=kitchen), "go to the bedroom", "go to the bedroom")
+        s.add_episode_tips(_episode("b", ["look around"], [kitchen], 17.0, first=kitchen), "go to the hallway", "go to the hallway")
+        [(shown, _)] = s.retrieve_explained(TASK, 0, ["query"])
+        # readers: -100 (mean 0 before it: not helped either way), then 17, 17 (above the mean -100, -41.5:
+        # helped by "mean"; below 25: not by "source"), then 25 (helped both ways: the note held)
+        for eid, score in (("r1", -100.0), ("r2", 17.0), ("r3", 17.0), ("r4", 25.0)):
+            s.record_episode(_episode(eid, ["look around"], [kitchen], score, first=kitchen, tips=shown))
+        [row] = [r for r in s.group_rows(TASK, 0, "anywhere") if r["text"].startswith("go to the bedroom")]
+        [(now, _)] = s.retrieve_explained(TASK, 0, ["query"])
+        arms[arm] = (row["used"], row["helped"], now[0].text.split(";")[0])
+    assert arms == {"flat-rotate": (4, 3, "go to the bedroom"),            # 3 of 4 helped: it stays in front
+                    "flat-rotate-source": (4, 1, "go to the hallway")}     # 1 of 4: behind the hallway note
+    assert st.reproduced(100.0, 100.0) and st.reproduced(25.0, 17.0) and not st.reproduced(17.0, 25.0)

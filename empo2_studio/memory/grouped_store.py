@@ -157,21 +157,26 @@ class StructuredTipStore(GroupedCuration):
     def record_episode(self, episode: Episode) -> int:
         """Count the episode's reading of its tips: each distinct tip shown gets used += 1, and
         helped += 1 when the episode's score beat the running mean of the tip's group (then the mean
-        takes the score in). Tips deleted since are skipped. Returns the number of tips credited."""
+        takes the score in), or with `rules.helped_by = "source"` when it scored at least the tip's own
+        source episode (`structure.reproduced`). Tips deleted since are skipped. Returns the number of
+        tips credited."""
         shown = list(dict.fromkeys(t.tip_id for s in episode.steps for t in s.tips))
         if not shown:
             return 0
         score = rec.check_score(episode.score)
         with self._lock:
-            rows = self._rows(col("id").isin([lit(i) for i in shown]), ["id", "task", "variation", "place"])
-            by_group: dict[tuple[str, int, str], list[str]] = {}
+            rows = self._rows(col("id").isin([lit(i) for i in shown]), ["id", "task", "variation", "place", "score"])
+            by_group: dict[tuple[str, int, str], list[dict[str, Any]]] = {}
             for r in rows:
-                by_group.setdefault((r["task"], r["variation"], r["place"]), []).append(r["id"])
-            for (task, variation, place), ids in by_group.items():
+                by_group.setdefault((r["task"], r["variation"], r["place"]), []).append(r)
+            for (task, variation, place), group in by_group.items():
                 n, mean = self._group_stats(task, variation, place)
-                helped = st.helped_now(score, n, mean)
-                where = col("id").isin([lit(i) for i in ids])
-                self._table.update(where=where, values_sql={"used": "used + 1", "helped": "helped + 1" if helped else "helped"})
+                for helped in (True, False):
+                    ids = [r["id"] for r in group if helped == (st.reproduced(score, float(r["score"])) if self.rules.helped_by == "source"
+                                                                else st.helped_now(score, n, mean))]  # fmt: skip
+                    if ids:
+                        self._table.update(where=col("id").isin([lit(i) for i in ids]),
+                                           values_sql={"used": "used + 1", "helped": "helped + 1" if helped else "helped"})  # fmt: skip
                 self._set_group_stats(task, variation, place, *st.updated_mean(n, mean, score))
         return len(rows)
 

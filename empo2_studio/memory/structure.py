@@ -24,7 +24,7 @@ first; `max_shown` (MemoryConfig.top_k) are shown.
 
 Score order (`StructureRules.score_order`, the `flat-rotate` arm): the flat memory's order (the source
 episode's score, descending; ties by higher similarity, then newer) in place of `rank`, except that a tip whose readers mostly
-did not beat their group's mean (`unhelpful`: helped < used / 2, i.e. a Laplace rate below ½) goes behind
+did not help (`unhelpful`: helped < used / 2, i.e. a Laplace rate below ½; helped as `helped_by` says) goes behind
 every tip that helped or was never read. A note that helps keeps its place; one that does not gives way to
 the next, so a stalled search rotates while a found plan stays in front.
 
@@ -74,6 +74,9 @@ class StructureRules:
     wins_first: bool = False
     """Tips whose source episode won (score ≥ `types.WIN_SCORE`) come before every other unpinned tip,
     whatever their rank: a solution stays in front while the other notes rotate by their counts."""
+    helped_by: Literal["mean", "source"] = "mean"
+    """When a reader counts as helped: "mean", its score beat the group's running mean (`helped_now`);
+    "source", it scored at least the tip's own source episode (`reproduced`: the note's record held)."""
     score_order: bool = False
     """Order by the source episode's score (the flat memory's order) instead of `rank`, tips that did not
     help their readers (`unhelpful`) behind the rest (module docstring, "Score order")."""
@@ -91,6 +94,8 @@ ARMS: dict[str, StructureRules] = {
                                        wins_first=True),
     "flat-rotate": StructureRules(near_duplicate=2.0, contradiction=2.0, max_stored=1000, by_place=False, threshold=True,
                                   score_order=True),
+    "flat-rotate-source": StructureRules(near_duplicate=2.0, contradiction=2.0, max_stored=1000, by_place=False,
+                                         threshold=True, score_order=True, helped_by="source"),
 }
 """The rules of each non-flat `memory.structure` (issue 49's experiment arms, item 2):
 structured: the full design; groups: groups by place, rank = similarity alone, no merge or contradiction
@@ -98,7 +103,8 @@ structured: the full design; groups: groups by place, rank = similarity alone, n
 threshold, rank = similarity + counts, the flat cap of 1000; structured-random: the full design showing a
 random sample of the group (same count); flat-counts-wins: flat-counts with won notes first (ScienceWorld's
 search, docs/notebook/2026-12-07-sw-memory-arms.md); flat-rotate: flat-counts' store in the flat memory's score
-order, unhelpful tips behind (docs/notebook/2026-12-07-sw-flat-rotate.md). A cosine never reaches 2.0, so
+order, unhelpful tips behind, and flat-rotate-source the same with a reader helped only when it scored at
+least the note's own episode (docs/notebook/2026-12-07-sw-flat-rotate.md). A cosine never reaches 2.0, so
 those rules never fire."""
 
 
@@ -252,6 +258,12 @@ def helped_now(score: float, episodes: int, mean_score: float) -> bool:
     """Did an episode that read the group's tips beat the group's running mean? With no earlier episode
     the mean is taken as 0 (helped = the episode scored above 0)."""
     return score > (mean_score if episodes else 0.0)
+
+
+def reproduced(score: float, source_score: float) -> bool:
+    """Did an episode that read a tip score at least the tip's source episode (`helped_by = "source"`)?
+    A search note whose readers end below its own score has not held; a won plan whose readers win has."""
+    return score >= source_score
 
 
 def updated_mean(episodes: int, mean_score: float, score: float) -> tuple[int, float]:
