@@ -22,11 +22,11 @@ outweigh a similarity gap: at λ = 0.5 the count term moves the rank by at most 
 teacher's pick) come first, then (`wins_first`) tips of won episodes, then rank descending, ties newer
 first; `max_shown` (MemoryConfig.top_k) are shown.
 
-Score order (`StructureRules.score_order`, the `flat-rotate` arm): the flat memory's order (the source
-episode's score, descending; ties by higher similarity, then newer) in place of `rank`, except that a tip whose readers mostly
-did not help (`unhelpful`: helped < used / 2, i.e. a Laplace rate below ½; helped as `helped_by` says) goes behind
-every tip that helped or was never read. A note that helps keeps its place; one that does not gives way to
-the next, so a stalled search rotates while a found plan stays in front.
+Score order (`StructureRules.score_order`, the `flat-rotate` arms): the flat memory's order (the source
+episode's score, descending; ties by higher similarity, then newer) in place of `rank`, except that a tip
+that did not help its readers (`unhelpful`: helped < used / 2, i.e. a Laplace rate below ½, with helped as
+`helped_by` says) goes behind every tip that helped or was never read. A note that helps keeps its place;
+one that does not gives way to the next, so a stalled search rotates while a found plan stays in front.
 
 Writing a tip into its group (`placement`), against the group's live (not retired) tips, with `text_sim`
 the cosine between the tip TEXTS' embeddings:
