@@ -46,7 +46,7 @@ MemoryStructure = Literal["flat", "structured", "groups", "flat-counts", "struct
                           "flat-rotate-source"]
 """How the tip memory is organised: one list per variation ranked by score (paper §2), or groups by task
 and place with used/helped counts, merges and a cap per group (`memory.structure`, docs/memory-structure.md);
-the rest are issue 49's experiment arms and a variant measured on ScienceWorld's search (`memory.structure.ARMS`)."""
+the rest are issue 49's experiment arms and variants measured on ScienceWorld's search (`memory.structure.ARMS`)."""
 
 WIN_SCORE = 100.0
 """The top of the −100 … 100 score scale every environment reports on: an episode that reaches it won."""

@@ -16,7 +16,7 @@ from empo2_studio.envs.trap import TrapEnv
 from empo2_studio.memory import HashEmbedder, TipStore
 from empo2_studio.memory import structure as st
 from empo2_studio.memory.grouped_store import StructuredTipStore
-from empo2_studio.types import ActionSample, Episode, RetrievedTip, Step
+from empo2_studio.types import MEMORY_STRUCTURES, ActionSample, Episode, RetrievedTip, Step
 
 TASK = "trap-light-bulb"
 HALL = "This room is called the hallway. In it, you see: a coat rack. Doors lead to: the workshop."
@@ -103,6 +103,9 @@ def test_the_experiment_arms():
     assert st.ARMS["flat-counts-wins"] == dataclasses.replace(st.ARMS["flat-counts"], wins_first=True)
     assert st.ARMS["flat-rotate"] == dataclasses.replace(st.ARMS["flat-counts"], score_order=True)
     assert st.ARMS["flat-rotate-source"] == dataclasses.replace(st.ARMS["flat-rotate"], helped_by="source")
+    assert set(MEMORY_STRUCTURES) == {"flat", *st.ARMS}  # a name in one and not the other would fall back silently
+    with pytest.raises(ValueError, match="helped_by must be 'mean' or 'source', got 'Source'"):
+        st.StructureRules(helped_by="Source")
 
 
 def test_score_order_rotates_notes_that_did_not_help():
@@ -512,3 +515,33 @@ def test_flat_rotate_source_counts_a_reader_helped_when_the_note_held(tmp_path):
     assert arms == {"flat-rotate": (4, 3, "go to the bedroom"),            # 3 of 4 helped: it stays in front
                     "flat-rotate-source": (4, 1, "go to the hallway")}     # 1 of 4: behind the hallway note
     assert st.reproduced(100.0, 100.0) and st.reproduced(25.0, 17.0) and not st.reproduced(17.0, 25.0)
+    # a failed note (-100) or a teacher's tip (0) helps only a reader that achieved something (above 0)
+    assert not st.reproduced(-100.0, -100.0) and not st.reproduced(0.0, 0.0) and st.reproduced(8.0, -100.0)
+
+
+def test_flat_rotate_source_credits_each_tip_against_its_own_score(tmp_path):
+    # one reader (20 points) shown two notes of one group: it beat the 17-point note's record, not the 25-point one's
+    emb = KeyedEmbedder({"note a": _unit(0), "note b": _unit(0, 1, 0.9), "query": _unit(0)})
+    kitchen = "This room is called the kitchen. In it, you see: a table."
+    s = _store(tmp_path, emb, structure="flat-rotate-source", top_k=2, similarity_threshold=0.5)
+    s.add_episode_tips(_episode("a", ["look around"], [kitchen], 25.0, first=kitchen), "note a", "note a")
+    s.add_episode_tips(_episode("b", ["look around"], [kitchen], 17.0, first=kitchen), "note b", "note b")
+    [(shown, _)] = s.retrieve_explained(TASK, 0, ["query"])
+    assert len(shown) == 2
+    assert s.record_episode(_episode("r", ["look around"], [kitchen], 20.0, first=kitchen, tips=shown)) == 2
+    counts = {r["text"].split(";")[0]: (r["used"], r["helped"]) for r in s.group_rows(TASK, 0, "anywhere")}
+    assert counts == {"note a": (1, 0), "note b": (1, 1)}
+    assert s._group_stats(TASK, 0, "anywhere") == (1, 20.0)  # the group's mean took the reader in once
+
+
+def test_a_tip_below_the_threshold_says_so(tmp_path):
+    emb = KeyedEmbedder({"near": _unit(0), "far": _unit(0, 1, 0.3), "query": _unit(0)})
+    s = _store(tmp_path, emb, structure="flat-rotate", top_k=1, similarity_threshold=0.5)
+    kitchen = "This room is called the kitchen. In it, you see: a table."
+    for eid, note, score in (("n", "near", 10.0), ("f", "far", 90.0), ("n2", "near again", 5.0)):
+        s.add_episode_tips(_episode(eid, ["look around"], [kitchen], score, first=kitchen), note, note)
+    [(shown, skipped)] = s.retrieve_explained(TASK, 0, ["query"])
+    assert shown[0].text.startswith("near;")
+    reasons = {t.text.split(";")[0]: t.reason for t in skipped}
+    assert reasons["far"] == "similarity 0.30 ≤ threshold 0.50"  # the 90-point note, kept out by its key
+    assert reasons["near again"].startswith("outside the top 1 of group anywhere (score 5.0")

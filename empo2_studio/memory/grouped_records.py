@@ -3,7 +3,8 @@
 A structured row is a flat row (`records.tip_record_model`) with:
   place           str    the group's place ("workshop", or `structure.ANYWHERE`)
   used            int    episodes that were shown the tip
-  helped          int    of those, the ones that beat their group's running mean score
+  helped          int    of those, the ones that beat their group's running mean score (flat-rotate-source:
+                         that scored at least the tip's source episode, and above 0)
   pinned          bool   a teacher's pick: shown first in its group, never evicted
   retired         bool   kept for the record but never shown (lost a contradiction, evicted, or by hand)
   retired_reason  str    why ("contradicted by 3f2a…", "over the group cap", "retired by hand")

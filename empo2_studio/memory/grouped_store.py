@@ -158,8 +158,8 @@ class StructuredTipStore(GroupedCuration):
         """Count the episode's reading of its tips: each distinct tip shown gets used += 1, and
         helped += 1 when the episode's score beat the running mean of the tip's group (then the mean
         takes the score in), or with `rules.helped_by = "source"` when it scored at least the tip's own
-        source episode (`structure.reproduced`). Tips deleted since are skipped. Returns the number of
-        tips credited."""
+        source episode and above 0 (`structure.reproduced`); the group's mean takes the score in either
+        way. Tips deleted since are skipped. Returns the number of tips credited."""
         shown = list(dict.fromkeys(t.tip_id for s in episode.steps for t in s.tips))
         if not shown:
             return 0
@@ -305,13 +305,14 @@ class StructuredTipStore(GroupedCuration):
         return f"group {r['place']}{pin} · rank {st.rank(sim, u, h, w):.2f} = similarity {sim:.2f} + {w:g}·({h}+1)/({u}+2) · used {u}, helped {h}"
 
     def _behind(self, r: dict[str, Any]) -> str:
-        return ": did not help, behind the rest" if self.rules.score_order and st.unhelpful(r["used"], r["helped"]) else ""
+        return ": did not help, behind the rest" if self.rules.score_order and not r["pinned"] and st.unhelpful(r["used"], r["helped"]) else ""
 
     def _won_first(self, r: dict[str, Any]) -> bool:
         return self.rules.wins_first and st.won(r)
 
     def _why_not(self, rows: list[dict[str, Any]], sims: list[float], shown: set[int]) -> list[SkippedTip]:
         out = []
+        thr = self.cfg.similarity_threshold if self.rules.threshold else None
         for i in sorted(range(len(rows)), key=lambda i: -sims[i]):
             if i in shown:
                 continue
@@ -320,6 +321,7 @@ class StructuredTipStore(GroupedCuration):
             first = "; won episodes' notes go first" if self.rules.wins_first and not self._won_first(r) else ""
             order = f"score {float(r['score']):.1f}" if self.rules.score_order else f"rank {rank:.2f}"
             why = (f"retired: {r['retired_reason']}" if r["retired"] else "disabled" if not r["enabled"]
+                   else f"similarity {sims[i]:.2f} ≤ threshold {thr:.2f}" if thr is not None and not r["pinned"] and sims[i] <= thr
                    else f"outside the top {self.cfg.top_k} of group {r['place']} ({order}, used {r['used']}, helped {r['helped']}{first}{self._behind(r)})")  # fmt: skip
             out.append(SkippedTip(r["id"], r["text"], float(r["score"]), sims[i], why))
             if len(out) == 5:

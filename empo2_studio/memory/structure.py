@@ -15,7 +15,8 @@ Rank (retrieval inside the group of where the agent is):
     rank = similarity + λ · (helped + 1) / (used + 2)
 
 similarity: cosine between the step's query and the tip's key (−1 … 1); used: episodes that were shown
-the tip; helped: those of them that beat their group's running mean score (`helped_now`); λ =
+the tip; helped: those of them that beat their group's running mean score (`helped_now`; the
+flat-rotate-source arm: that scored at least the tip's source episode, `reproduced`); λ =
 `StructureRules.count_weight` (0.5). The fraction is the helped rate with one imagined help and one
 imagined miss (Laplace), so a new tip starts at ½ and a tip needs a few readings before its counts
 outweigh a similarity gap: at λ = 0.5 the count term moves the rank by at most 0.5. Pinned tips (a
@@ -76,13 +77,20 @@ class StructureRules:
     whatever their rank: a solution stays in front while the other notes rotate by their counts."""
     helped_by: Literal["mean", "source"] = "mean"
     """When a reader counts as helped: "mean", its score beat the group's running mean (`helped_now`);
-    "source", it scored at least the tip's own source episode (`reproduced`: the note's record held)."""
+    "source", it scored at least the tip's own source episode, and above 0 (`reproduced`: the note's record
+    held). Only the counts change: `record` (contradictions, eviction) still counts the source episode as
+    one more reading helped when it scored above 0, and a merge still keeps the better source score (the
+    arms that use "source" merge exact duplicates only and cap at 1000)."""
     score_order: bool = False
     """Order by the source episode's score (the flat memory's order) instead of `rank`, tips that did not
     help their readers (`unhelpful`) behind the rest (module docstring, "Score order")."""
     random_order: bool = False
     """Show a random sample of the group's live tips instead of the best ranked (the "does the content
     matter?" arm); seeded by the query, so a replay shows the same sample."""
+
+    def __post_init__(self) -> None:
+        if self.helped_by not in ("mean", "source"):
+            raise ValueError(f"helped_by must be 'mean' or 'source', got {self.helped_by!r}")
 
 
 ARMS: dict[str, StructureRules] = {
@@ -181,8 +189,8 @@ def source_rate(used: int, helped: int, score: float) -> float:
 
 
 def unhelpful(used: int, helped: int) -> bool:
-    """Did most of a tip's readers fail to beat their group's mean (helped < used / 2, the Laplace rate
-    below ½)? A tip never read is not. What `score_order` puts behind the rest."""
+    """Were most of a tip's readers not helped, as `StructureRules.helped_by` counts it (helped < used / 2,
+    the Laplace rate below ½)? A tip never read is not. What `score_order` puts behind the rest."""
     return 2 * helped < used
 
 
@@ -197,7 +205,7 @@ def retrieval_order(rows: Sequence[dict[str, Any]], sims: Sequence[float], count
     """Indices of the live rows to show, best first: pinned first, then (`wins_first`) the rows whose
     source episode won, then rank desc, ties newer first. `score_order`: in place of rank, the tips that
     helped or were never read before the `unhelpful` ones, each part by source score desc, ties by higher
-    similarity, then newer (the flat memory's order).
+    similarity, then newer (`created_at`, then `seq`: one episode's entries share a time; the flat memory's order).
     `threshold`: unpinned rows need a similarity above it. `seed`: the unpinned rows in a random order drawn
     with it instead of by rank (the random arm). ValueError: `seed` with `wins_first` or `score_order`."""
     if seed is not None and (wins_first or score_order):
@@ -211,7 +219,7 @@ def retrieval_order(rows: Sequence[dict[str, Any]], sims: Sequence[float], count
             within: tuple = (unhelpful(r["used"], r["helped"]), -float(r["score"]), -sims[i])
         else:
             within = (-rank(sims[i], r["used"], r["helped"], count_weight),)
-        return (not r["pinned"], not (wins_first and won(r)), *within, -r["created_at"])
+        return (not r["pinned"], not (wins_first and won(r)), *within, -r["created_at"], -r.get("seq", 0))
 
     live.sort(key=order)
     if seed is not None:
@@ -261,9 +269,11 @@ def helped_now(score: float, episodes: int, mean_score: float) -> bool:
 
 
 def reproduced(score: float, source_score: float) -> bool:
-    """Did an episode that read a tip score at least the tip's source episode (`helped_by = "source"`)?
-    A search note whose readers end below its own score has not held; a won plan whose readers win has."""
-    return score >= source_score
+    """Did an episode that read a tip score at least the tip's source episode, and above 0
+    (`helped_by = "source"`)? A search note whose readers end below its own score has not held; a won
+    plan whose readers win has. Above 0 because every reader scores at least a failed note's −100: a note
+    of a failure (or a teacher's tip, score 0) helps only a reader that achieved something."""
+    return score >= source_score and outcome(score) > 0
 
 
 def updated_mean(episodes: int, mean_score: float, score: float) -> tuple[int, float]:
