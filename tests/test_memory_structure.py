@@ -406,15 +406,27 @@ def test_a_structured_rollout_asks_at_the_start_and_on_entering_a_new_place(tmp_
     assert own["action"] == gold[1] and own["merged_sources"] == ep.episode_id
 
 
+KITCHEN = "This room is called the kitchen. In it, you see: a table."
+
+
+def _note(s: StructuredTipStore, eid: str, text: str, score: float) -> None:
+    """Store `text` as the one-step episode `eid`'s note (scored `score`), keyed by its own text."""
+    s.add_episode_tips(_episode(eid, ["look around"], [KITCHEN], score, first=KITCHEN), text, text)
+
+
+def _read(s: StructuredTipStore, eid: str, score: float, shown) -> int:
+    """Count the one-step episode `eid` (scored `score`) as a reader of the tips `shown`."""
+    return s.record_episode(_episode(eid, ["look around"], [KITCHEN], score, first=KITCHEN, tips=shown))
+
+
 def test_flat_counts_wins_as_a_store(tmp_path):
     # keys: the failed note's key is the query itself (cosine 1.0), the won note's 0.6 from it; both above 0.5
     emb = KeyedEmbedder({"searched the kitchen": _unit(0), "found it outside": _unit(0, 1, 0.6), "query": _unit(0)})
-    kitchen = "This room is called the kitchen. In it, you see: a table."
     arms = {}
     for arm in ("flat-counts", "flat-counts-wins"):
         s = _store(tmp_path / arm, emb, structure=arm, top_k=2, similarity_threshold=0.5)
-        s.add_episode_tips(_episode("won", ["look around"], [kitchen], 100.0, first=kitchen), "found it outside", "found it outside")
-        s.add_episode_tips(_episode("lost", ["look around"], [kitchen], -100.0, first=kitchen), "searched the kitchen", "searched the kitchen")
+        _note(s, "won", "found it outside", 100.0)
+        _note(s, "lost", "searched the kitchen", -100.0)
         [(shown, _)] = s.retrieve_explained(TASK, 0, ["query"], places=["kitchen"])
         arms[arm] = [t.text.split(";")[0] for t in shown]
     # rank: similarity + 0.5·½ for both (never read): 1.25 against 0.85, so flat-counts shows the failed note first
@@ -428,20 +440,19 @@ def test_flat_counts_wins_as_a_store(tmp_path):
 def test_flat_rotate_as_a_store(tmp_path):
     # the flat memory's order (score first) until a note's readers mostly fail their group's mean
     emb = KeyedEmbedder({"searched the kitchen": _unit(0), "searched the hallway": _unit(0, 1, 0.6), "query": _unit(0)})
-    kitchen = "This room is called the kitchen. In it, you see: a table."
     s = _store(tmp_path, emb, structure="flat-rotate", top_k=1, similarity_threshold=0.5)
-    s.add_episode_tips(_episode("a", ["look around"], [kitchen], 25.0, first=kitchen), "searched the kitchen", "searched the kitchen")
-    s.add_episode_tips(_episode("b", ["look around"], [kitchen], 10.0, first=kitchen), "searched the hallway", "searched the hallway")
+    _note(s, "a", "searched the kitchen", 25.0)
+    _note(s, "b", "searched the hallway", 10.0)
     [(shown, skipped)] = s.retrieve_explained(TASK, 0, ["query"])
     assert [t.text.split(";")[0] for t in shown] == ["searched the kitchen"]  # 25 before 10, whatever the similarity
     assert shown[0].why == "group anywhere · score 25.0 · similarity 1.00 · used 0, helped 0"
     # two readers of the kitchen note: the first scores -100 (below the group mean 0: no help), the second 5
     # (above the mean -100 by then: helped); 1 of 2 is not below half, so the note keeps its place
     for eid, score in (("r1", -100.0), ("r2", 5.0)):
-        s.record_episode(_episode(eid, ["look around"], [kitchen], score, first=kitchen, tips=shown))
+        _read(s, eid, score, shown)
     [(shown, _)] = s.retrieve_explained(TASK, 0, ["query"])
     assert shown[0].text.startswith("searched the kitchen") and "used 2, helped 1" in shown[0].why
-    s.record_episode(_episode("r3", ["look around"], [kitchen], -100.0, first=kitchen, tips=shown))  # mean -47.5 after two: -100 does not beat it
+    _read(s, "r3", -100.0, shown)  # mean -47.5 after two: -100 does not beat it
     [(shown, skipped)] = s.retrieve_explained(TASK, 0, ["query"])
     assert [t.text.split(";")[0] for t in shown] == ["searched the hallway"]
     assert skipped[0].reason.endswith("(score 25.0, used 3, helped 1: did not help, behind the rest)")
@@ -451,9 +462,8 @@ def test_a_merge_keeps_the_better_source_score(tmp_path):
     # the full design merges a near duplicate of the same outcome (both scored > 0; text cosine 1.0 here)
     emb = KeyedEmbedder({"the bulb is in the workshop": _unit(0)})
     s = _store(tmp_path, emb, structure="structured")
-    kitchen = "This room is called the kitchen. In it, you see: a table."
     for eid, score in (("half", 50.0), ("won", 100.0)):
-        s.add_episode_tips(_episode(eid, ["look around"], [kitchen], score, first=kitchen), "the bulb is in the workshop", "k")
+        s.add_episode_tips(_episode(eid, ["look around"], [KITCHEN], score, first=KITCHEN), "the bulb is in the workshop", "k")
     [kept] = s.group_rows(TASK, 0, "kitchen")
     assert (kept["score"], kept["merged_sources"]) == (100.0, "won")  # the older text stays, with the won score
 
@@ -462,8 +472,7 @@ def test_a_merge_keeps_the_better_source_score(tmp_path):
 def test_each_arm_as_a_store(tmp_path, arm):
     emb = KeyedEmbedder({"the bulb is in the workshop": _unit(0), "the bulb sits in the workshop": _unit(0, 1, 0.97)})
     s = _store(tmp_path, emb, structure=arm, top_k=2, similarity_threshold=0.5)
-    kitchen = "This room is called the kitchen. In it, you see: a table."
-    written = [s.add_episode_tips(_episode(f"e{i}", ["look around"], [kitchen], 50.0, first=kitchen), t, t)
+    written = [s.add_episode_tips(_episode(f"e{i}", ["look around"], [KITCHEN], 50.0, first=KITCHEN), t, t)
                for i, t in enumerate(("the bulb is in the workshop", "the bulb sits in the workshop", "zebra 42 qq"))]
     a = written[0][0]  # the second repeats it (text cosine 0.97): merged in the full design only
     groups = {(g.place, g.tips) for g in s.groups()}
@@ -498,17 +507,16 @@ def test_flat_rotate_source_counts_a_reader_helped_when_the_note_held(tmp_path):
     # the stall of docs/notebook/2026-12-07-sw-flat-rotate.md: a 25-point search note whose readers time out
     # at 17. Against the group's mean (pulled down by -100s) they "helped"; against the note's own 25 they did not.
     emb = KeyedEmbedder({"go to the bedroom": _unit(0), "go to the hallway": _unit(0, 1, 0.6), "query": _unit(0)})
-    kitchen = "This room is called the kitchen. In it, you see: a table."
     arms = {}
     for arm in ("flat-rotate", "flat-rotate-source"):
         s = _store(tmp_path / arm, emb, structure=arm, top_k=1, similarity_threshold=0.5)
-        s.add_episode_tips(_episode("a", ["look around"], [kitchen], 25.0, first=kitchen), "go to the bedroom", "go to the bedroom")
-        s.add_episode_tips(_episode("b", ["look around"], [kitchen], 17.0, first=kitchen), "go to the hallway", "go to the hallway")
+        _note(s, "a", "go to the bedroom", 25.0)
+        _note(s, "b", "go to the hallway", 17.0)
         [(shown, _)] = s.retrieve_explained(TASK, 0, ["query"])
         # readers: -100 (mean 0 before it: not helped either way), then 17, 17 (above the mean -100, -41.5:
         # helped by "mean"; below 25: not by "source"), then 25 (helped both ways: the note held)
         for eid, score in (("r1", -100.0), ("r2", 17.0), ("r3", 17.0), ("r4", 25.0)):
-            s.record_episode(_episode(eid, ["look around"], [kitchen], score, first=kitchen, tips=shown))
+            _read(s, eid, score, shown)
         [row] = [r for r in s.group_rows(TASK, 0, "anywhere") if r["text"].startswith("go to the bedroom")]
         [(now, _)] = s.retrieve_explained(TASK, 0, ["query"])
         arms[arm] = (row["used"], row["helped"], now[0].text.split(";")[0])
@@ -522,13 +530,12 @@ def test_flat_rotate_source_counts_a_reader_helped_when_the_note_held(tmp_path):
 def test_flat_rotate_source_credits_each_tip_against_its_own_score(tmp_path):
     # one reader (20 points) shown two notes of one group: it beat the 17-point note's record, not the 25-point one's
     emb = KeyedEmbedder({"note a": _unit(0), "note b": _unit(0, 1, 0.9), "query": _unit(0)})
-    kitchen = "This room is called the kitchen. In it, you see: a table."
     s = _store(tmp_path, emb, structure="flat-rotate-source", top_k=2, similarity_threshold=0.5)
-    s.add_episode_tips(_episode("a", ["look around"], [kitchen], 25.0, first=kitchen), "note a", "note a")
-    s.add_episode_tips(_episode("b", ["look around"], [kitchen], 17.0, first=kitchen), "note b", "note b")
+    _note(s, "a", "note a", 25.0)
+    _note(s, "b", "note b", 17.0)
     [(shown, _)] = s.retrieve_explained(TASK, 0, ["query"])
     assert len(shown) == 2
-    assert s.record_episode(_episode("r", ["look around"], [kitchen], 20.0, first=kitchen, tips=shown)) == 2
+    assert _read(s, "r", 20.0, shown) == 2
     counts = {r["text"].split(";")[0]: (r["used"], r["helped"]) for r in s.group_rows(TASK, 0, "anywhere")}
     assert counts == {"note a": (1, 0), "note b": (1, 1)}
     assert s._group_stats(TASK, 0, "anywhere") == (1, 20.0)  # the group's mean took the reader in once
@@ -537,9 +544,8 @@ def test_flat_rotate_source_credits_each_tip_against_its_own_score(tmp_path):
 def test_a_tip_below_the_threshold_says_so(tmp_path):
     emb = KeyedEmbedder({"near": _unit(0), "far": _unit(0, 1, 0.3), "query": _unit(0)})
     s = _store(tmp_path, emb, structure="flat-rotate", top_k=1, similarity_threshold=0.5)
-    kitchen = "This room is called the kitchen. In it, you see: a table."
     for eid, note, score in (("n", "near", 10.0), ("f", "far", 90.0), ("n2", "near again", 5.0)):
-        s.add_episode_tips(_episode(eid, ["look around"], [kitchen], score, first=kitchen), note, note)
+        _note(s, eid, note, score)
     [(shown, skipped)] = s.retrieve_explained(TASK, 0, ["query"])
     assert shown[0].text.startswith("near;")
     reasons = {t.text.split(";")[0]: t.reason for t in skipped}
