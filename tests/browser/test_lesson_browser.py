@@ -57,6 +57,27 @@ def test_play_the_lesson(page, studio_url, artifacts):
     page.screenshot(path=str(artifacts / "tab-lesson.png"), full_page=True)
 
 
+def _type_a_typo(page) -> None:
+    """Type -1 as the step limit and wait for the expected-time line to refuse it. A fresh-clone CI run on a
+    loaded machine (2026-12-07) waited 240 s for the error in vain; the likely cause, not confirmed, is the
+    page load's own form (step limit 8) arriving after the typing and overwriting it, as it would for a
+    user typing in the page's first seconds. So when the box no longer holds -1 the test types it again,
+    as that user would; the waits add up to the 240 s the single wait had."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
+
+    box = page.locator("#rc-step-limit input")
+    error = page.locator("#rc-expected").get_by_text("step limit must be a whole number in 1…1000, got -1")
+    for _ in range(6):
+        if box.input_value() != "-1":
+            box.fill("-1")
+        try:
+            error.wait_for(timeout=30_000)
+            return
+        except PlaywrightTimeoutError:
+            continue
+    error.wait_for(timeout=60_000)
+
+
 @pytest.mark.timeout(600)
 def test_race_draws_both_arms_their_evaluations_and_a_verdict(page, studio_url, artifacts):
     page.goto(studio_url)
@@ -68,8 +89,7 @@ def test_race_draws_both_arms_their_evaluations_and_a_verdict(page, studio_url, 
     form = ("iterations", "eval-every", "seeds", "step-limit", "eval-repeats")
     assert [page.locator(f"#rc-{k} input").input_value() for k in form] == ["15", "15", "1", "8", "1"]
     class_time = page.locator("#rc-expected").inner_text()
-    page.locator("#rc-step-limit input").fill("-1")  # a typo the preset must undo (a new user's find)
-    page.locator("#rc-expected").get_by_text("step limit must be a whole number in 1…1000, got -1").wait_for()
+    _type_a_typo(page)  # a typo the preset must undo (a new user's find)
     page.locator("#rc-preset-benchmark").click()  # the benchmark race, one click away, with its own time
     page.wait_for_function("document.querySelector('#rc-iterations input').value === '60'")
     assert [page.locator(f"#rc-{k} input").input_value() for k in form] == ["60", "10", "1", "8", "4"]
