@@ -171,9 +171,10 @@ class StructuredTipStore(GroupedCuration):
                 by_group.setdefault((r["task"], r["variation"], r["place"]), []).append(r)
             for (task, variation, place), group in by_group.items():
                 n, mean = self._group_stats(task, variation, place)
-                for helped in (True, False):
-                    ids = [r["id"] for r in group if helped == (st.reproduced(score, float(r["score"])) if self.rules.helped_by == "source"
-                                                                else st.helped_now(score, n, mean))]  # fmt: skip
+                by_helped: dict[bool, list[str]] = {True: [], False: []}
+                for r in group:
+                    by_helped[st.reader_helped(self.rules, score, float(r["score"]), n, mean)].append(r["id"])
+                for helped, ids in by_helped.items():
                     if ids:
                         self._table.update(where=col("id").isin([lit(i) for i in ids]),
                                            values_sql={"used": "used + 1", "helped": "helped + 1" if helped else "helped"})  # fmt: skip

@@ -276,6 +276,15 @@ def reproduced(score: float, source_score: float) -> bool:
     return score >= source_score and outcome(score) > 0
 
 
+def reader_helped(rules: StructureRules, score: float, source_score: float, episodes: int, mean_score: float) -> bool:
+    """Does a reader scoring `score` count as helped by a tip whose source episode scored `source_score`,
+    as `rules.helped_by` says: `reproduced` ("source") or `helped_now` against the group's (episodes,
+    running mean) ("mean")?"""
+    if rules.helped_by == "source":
+        return reproduced(score, source_score)
+    return helped_now(score, episodes, mean_score)
+
+
 def updated_mean(episodes: int, mean_score: float, score: float) -> tuple[int, float]:
     """The group's (episodes, running mean) after one more episode scoring `score`."""
     n = episodes + 1
