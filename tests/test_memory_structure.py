@@ -248,7 +248,7 @@ def test_feedback_counts_used_and_helped_against_the_groups_mean(tmp_path):
     assert (row["used"], row["helped"]) == (3, 2)
     [([hit], _)] = s.retrieve_explained(TASK, 0, ["go to the workshop"], places=["hallway"])  # key = its own text
     assert hit.similarity == pytest.approx(1.0, abs=1e-5)
-    assert hit.why == "group hallway · rank 1.30 = similarity 1.00 + 0.5·(2+1)/(3+2) · used 3, helped 2"  # 1 + 0.3
+    assert hit.why == "group hallway · a teacher's tip: shown first · rank 1.30 = similarity 1.00 + 0.5·(2+1)/(3+2) · used 3, helped 2"  # 1 + 0.3
     [g] = s.groups()
     assert (g.label, g.tips, g.episodes, g.mean_score) == (f"{TASK} · v0 · hallway", 1, 3, pytest.approx(80.0))
     assert g.best[0]["used"] == 3 and g.best[0]["helped"] == 2
@@ -551,3 +551,40 @@ def test_a_tip_below_the_threshold_says_so(tmp_path):
     reasons = {t.text.split(";")[0]: t.reason for t in skipped}
     assert reasons["far"] == "similarity 0.30 ≤ threshold 0.50"  # the 90-point note, kept out by its key
     assert reasons["near again"].startswith("outside the top 1 of group anywhere (score 5.0")
+
+
+def test_a_teachers_tip_is_shown_first_with_pin_curated():
+    # pinned, then the teacher's tips (by hand, imported without a source, edited) in score order, then the
+    # rest above the threshold; pin_curated off: the teacher's tips meet the threshold like any other
+    spec = [("P", True, "generated", False, "ep0", 0.0, 0.1), ("T", False, "manual", False, "", 0.0, 0.2),
+            ("E", False, "imported", False, "", 50.0, 0.3), ("I", False, "imported", False, "ep9", 90.0, 0.3),
+            ("D", False, "generated", True, "ep1", 10.0, 0.6), ("G", False, "generated", False, "ep2", 100.0, 0.9)]  # fmt: skip
+    rows = [dict(id=k, enabled=True, retired=False, pinned=p, origin=o, edited=e, source_episode_id=src, score=sc,
+                 used=0, helped=0, created_at=1.0) for k, p, o, e, src, sc, _ in spec]  # fmt: skip
+    sims = [s[-1] for s in spec]
+    order = lambda pin: [rows[i]["id"] for i in st.retrieval_order(rows, sims, 0.5, 10, threshold=0.5, score_order=True,  # noqa: E731
+                                                                    pin_curated=pin)]  # fmt: skip
+    assert order(True) == ["P", "E", "D", "T", "G"]  # I: imported with its source episode, 0.3 ≤ 0.5
+    assert order(False) == ["P", "G", "D"]
+    assert [st.shown_first(r, True) for r in rows] == [True, True, True, False, True, False]
+
+
+def test_a_teachers_tip_stays_in_front_of_a_rotating_memory(tmp_path):
+    # the Lesson's tip (added by hand, keyed by its own text) in a flat-rotate-source store: shown at every
+    # step whatever its similarity, and never put behind by readers that failed
+    emb = KeyedEmbedder({"Animals live outside": _unit(2), "searched the kitchen": _unit(0), "query": _unit(0)})
+    s = _store(tmp_path, emb, structure="flat-rotate-source", top_k=2, similarity_threshold=0.5)
+    teacher = s.add_tip(TASK, 0, "Animals live outside: teleport to the outside first.", score=100.0)
+    _note(s, "a", "searched the kitchen", 25.0)
+    [(shown, _)] = s.retrieve_explained(TASK, 0, ["query"])  # the teacher's key is 0.0 similar to the query
+    assert [t.tip_id for t in shown][0] == teacher.tip_id and shown[0].pinned
+    assert shown[0].why == "group anywhere · a teacher's tip: shown first · score 100.0 · similarity 0.00 · used 0, helped 0"
+    for eid in ("r1", "r2", "r3"):
+        _read(s, eid, -100.0, shown)
+    [(shown, _)] = s.retrieve_explained(TASK, 0, ["query"])
+    assert shown[0].tip_id == teacher.tip_id and shown[0].why.endswith("used 3, helped 0")  # not put behind
+    assert shown[1].why.endswith("used 3, helped 0: did not help, behind the rest")
+    off = _store(tmp_path / "off", emb, structure="flat-rotate-source", top_k=2, similarity_threshold=0.5, pin_curated=False)
+    off.add_tip(TASK, 0, "Animals live outside: teleport to the outside first.", score=100.0)
+    [(shown, skipped)] = off.retrieve_explained(TASK, 0, ["query"])
+    assert shown == [] and skipped[0].reason == "similarity 0.00 ≤ threshold 0.50"

@@ -36,7 +36,7 @@ from empo2_studio.memory.tip_table import checked_entries, new_row
 from empo2_studio.types import Episode, RetrievedTip, SkippedTip, Tip
 
 GROUPS = "groups"
-_COLS = ["id", "text", "action", "origin", "score", "seq", "created_at", "enabled", "place", "used", "helped", "pinned", "retired",
+_COLS = ["id", "text", "action", "origin", "edited", "score", "seq", "created_at", "enabled", "place", "used", "helped", "pinned", "retired",
          "retired_reason", "merged_sources", "source_episode_id", "vector", "text_vector"]  # fmt: skip
 
 
@@ -269,7 +269,8 @@ class StructuredTipStore(GroupedCuration):
     ) -> list[tuple[list[RetrievedTip], list[SkippedTip]]]:
         """Per query: the tips shown and the nearest ones not shown, with why. The query's group is
         (task, variation, place) with `places[i]` (None: the place the query text shows, else
-        ANYWHERE), together with the ANYWHERE group; order: pinned, then (`rules.wins_first`) notes of
+        ANYWHERE), together with the ANYWHERE group; order: pinned (and, with `cfg.pin_curated`, a teacher's
+        tips: `structure.shown_first`), then (`rules.wins_first`) notes of
         won episodes, then rank (`structure.rank`; `rules.score_order`: source score, unhelpful tips
         behind), `cfg.top_k` shown. Retired and disabled tips are never shown (reported as skipped)."""
         rec.check_task(task), rec.check_variation(variation)
@@ -289,8 +290,9 @@ class StructuredTipStore(GroupedCuration):
             sims = [float(np.dot(r["vector"], q)) for r in rows]
             seed = zlib.crc32(text.encode()) if self.rules.random_order else None
             chosen = st.retrieval_order(rows, sims, self.rules.count_weight, self.cfg.top_k, threshold=thr, seed=seed,
-                                        wins_first=self.rules.wins_first, score_order=self.rules.score_order)  # fmt: skip
-            hits = [RetrievedTip(rows[i]["id"], rows[i]["text"], float(rows[i]["score"]), sims[i], bool(rows[i]["pinned"]),
+                                        wins_first=self.rules.wins_first, score_order=self.rules.score_order,
+                                        pin_curated=self.cfg.pin_curated)  # fmt: skip
+            hits = [RetrievedTip(rows[i]["id"], rows[i]["text"], float(rows[i]["score"]), sims[i], self._first(rows[i]),
                                  self._why(rows[i], sims[i])) for i in chosen]  # fmt: skip
             out.append((hits, self._why_not(rows, sims, set(chosen))))
         return out
@@ -299,14 +301,18 @@ class StructuredTipStore(GroupedCuration):
         """"group kitchen · pinned · rank 1.03 = similarity 0.78 + 0.5·(1+1)/(2+2) · used 2, helped 1"
         (score order: "group anywhere · score 83.0 · similarity 0.61 · used 8, helped 2: did not help, behind the rest")."""
         u, h, w = r["used"], r["helped"], self.rules.count_weight
-        pin = (" · pinned" if r["pinned"] else " · a random pick" if self.rules.random_order
+        pin = (" · pinned" if r["pinned"] else " · a teacher's tip: shown first" if self._first(r)
+               else " · a random pick" if self.rules.random_order
                else " · a won episode's: shown first" if self._won_first(r) else "")  # fmt: skip
         if self.rules.score_order:
             return f"group {r['place']}{pin} · score {float(r['score']):.1f} · similarity {sim:.2f} · used {u}, helped {h}{self._behind(r)}"
         return f"group {r['place']}{pin} · rank {st.rank(sim, u, h, w):.2f} = similarity {sim:.2f} + {w:g}·({h}+1)/({u}+2) · used {u}, helped {h}"
 
+    def _first(self, r: dict[str, Any]) -> bool:
+        return st.shown_first(r, self.cfg.pin_curated)
+
     def _behind(self, r: dict[str, Any]) -> str:
-        return ": did not help, behind the rest" if self.rules.score_order and not r["pinned"] and st.unhelpful(r["used"], r["helped"]) else ""
+        return ": did not help, behind the rest" if self.rules.score_order and not self._first(r) and st.unhelpful(r["used"], r["helped"]) else ""
 
     def _won_first(self, r: dict[str, Any]) -> bool:
         return self.rules.wins_first and st.won(r)
@@ -322,7 +328,7 @@ class StructuredTipStore(GroupedCuration):
             first = "; won episodes' notes go first" if self.rules.wins_first and not self._won_first(r) else ""
             order = f"score {float(r['score']):.1f}" if self.rules.score_order else f"rank {rank:.2f}"
             why = (f"retired: {r['retired_reason']}" if r["retired"] else "disabled" if not r["enabled"]
-                   else f"similarity {sims[i]:.2f} ≤ threshold {thr:.2f}" if thr is not None and not r["pinned"] and sims[i] <= thr
+                   else f"similarity {sims[i]:.2f} ≤ threshold {thr:.2f}" if thr is not None and not self._first(r) and sims[i] <= thr
                    else f"outside the top {self.cfg.top_k} of group {r['place']} ({order}, used {r['used']}, helped {r['helped']}{first}{self._behind(r)})")  # fmt: skip
             out.append(SkippedTip(r["id"], r["text"], float(r["score"]), sims[i], why))
             if len(out) == 5:

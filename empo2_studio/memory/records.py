@@ -119,6 +119,12 @@ def check_origin(origin: Any) -> str:
     return origin
 
 
+def is_curated(origin: str, edited: bool, source_episode_id: str) -> bool:
+    """Is a tip a teacher's (`MemoryConfig.pin_curated` shows it first): added by hand, edited, or
+    imported without a source episode?"""
+    return origin == "manual" or bool(edited) or (origin == "imported" and not source_episode_id)
+
+
 def check_bool(value: Any, what: str) -> bool:
     if not isinstance(value, bool):
         raise ValueError(f"{what} must be true or false, got {value!r}")

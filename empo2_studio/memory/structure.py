@@ -8,7 +8,9 @@ showed when the tip's step was played (`TextEnv.place_of`); `ANYWHERE` holds tip
 (a teacher's tip keyed by its own text, a flat row whose key names no room); they are about the task as
 a whole, so they are retrieved beside every place's group. The variation stays in the group as it stays
 in the flat partition (paper §2: one memory per variation). No similarity threshold applies inside a
-group: the group is the filter, similarity only orders.
+group: the group is the filter, similarity only orders. A teacher's tip (added by hand, edited, or imported without a source episode)
+is shown first whatever its similarity while `MemoryConfig.pin_curated` is on, as in the flat memory
+(`shown_first`).
 
 Rank (retrieval inside the group of where the agent is):
 
@@ -51,6 +53,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from empo2_studio.memory.records import is_curated
 from empo2_studio.types import WIN_SCORE
 
 ANYWHERE = "anywhere"
@@ -199,19 +202,28 @@ def won(row: dict[str, Any]) -> bool:
     return float(row["score"]) >= WIN_SCORE
 
 
+def shown_first(row: dict[str, Any], pin_curated: bool) -> bool:
+    """Does a tip go before every ranked one: pinned in its group, or (`pin_curated`, the flat memory's
+    `MemoryConfig.pin_curated`) a teacher's tip (`records.is_curated`: added by hand, edited, or imported
+    without a source episode), so a hand-written tip keyed by its own text does not drop out after step 0."""
+    return bool(row["pinned"]) or (pin_curated and is_curated(row["origin"], row.get("edited", False), row["source_episode_id"]))
+
+
 def retrieval_order(rows: Sequence[dict[str, Any]], sims: Sequence[float], count_weight: float,
                     max_shown: int, *, threshold: float | None = None, seed: int | None = None,
-                    wins_first: bool = False, score_order: bool = False) -> list[int]:  # fmt: skip
-    """Indices of the live rows to show, best first: pinned first, then (`wins_first`) the rows whose
+                    wins_first: bool = False, score_order: bool = False, pin_curated: bool = False) -> list[int]:  # fmt: skip
+    """Indices of the live rows to show, best first: pinned, then (`pin_curated`) the other teacher's tips
+    (`shown_first`), then (`wins_first`) the rows whose
     source episode won, then rank desc, ties newer first. `score_order`: in place of rank, the tips that
     helped or were never read before the `unhelpful` ones, each part by source score desc, ties by higher
     similarity, then newer (`created_at`, then `seq`: one episode's entries share a time; the flat memory's order).
-    `threshold`: unpinned rows need a similarity above it. `seed`: the unpinned rows in a random order drawn
-    with it instead of by rank (the random arm). ValueError: `seed` with `wins_first` or `score_order`."""
+    `threshold`: rows not shown first need a similarity above it. `seed`: the other rows in a random order
+    drawn with it instead of by rank (the random arm). ValueError: `seed` with `wins_first` or `score_order`."""
     if seed is not None and (wins_first or score_order):
         raise ValueError("a random order (seed) keeps no won-first or score order: pass one or the other")
+    first = [shown_first(r, pin_curated) for r in rows]
     live = [i for i, r in enumerate(rows) if r["enabled"] and not r["retired"]
-            and (r["pinned"] or threshold is None or sims[i] > threshold)]  # fmt: skip
+            and (first[i] or threshold is None or sims[i] > threshold)]  # fmt: skip
 
     def order(i: int) -> tuple:
         r = rows[i]
@@ -219,12 +231,12 @@ def retrieval_order(rows: Sequence[dict[str, Any]], sims: Sequence[float], count
             within: tuple = (unhelpful(r["used"], r["helped"]), -float(r["score"]), -sims[i])
         else:
             within = (-rank(sims[i], r["used"], r["helped"], count_weight),)
-        return (not r["pinned"], not (wins_first and won(r)), *within, -r["created_at"], -r.get("seq", 0))
+        return (not r["pinned"], not first[i], not (wins_first and won(r)), *within, -r["created_at"], -r.get("seq", 0))
 
     live.sort(key=order)
     if seed is not None:
-        pinned = [i for i in live if rows[i]["pinned"]]
-        rest = [i for i in live if not rows[i]["pinned"]]
+        pinned = [i for i in live if first[i]]
+        rest = [i for i in live if not first[i]]
         random.Random(seed).shuffle(rest)
         live = pinned + rest
     return live[:max_shown]

@@ -162,10 +162,7 @@ class TipSearch(TipTable):
         data = self._table.search().where(where).select(cols).limit(None).to_arrow()
         keys = data["vector"].combine_chunks().flatten().to_numpy().reshape(-1, self.embedder.dim)
         origin, sources = data["origin"].to_pylist(), data["source_episode_id"].to_pylist()
-        curated = [
-            o == "manual" or bool(e) or (o == "imported" and not src)
-            for o, e, src in zip(origin, data["edited"].to_pylist(), sources)
-        ]
+        curated = [rec.is_curated(o, e, src) for o, e, src in zip(origin, data["edited"].to_pylist(), sources)]
         arrays = (
             data["id"].to_pylist(), data["text"].to_pylist(), data["score"].to_numpy().astype(np.float64),
             data["seq"].to_numpy().astype(np.int64), np.ascontiguousarray(keys, dtype=np.float32),
