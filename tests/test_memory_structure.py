@@ -588,3 +588,18 @@ def test_a_teachers_tip_stays_in_front_of_a_rotating_memory(tmp_path):
     off.add_tip(TASK, 0, "Animals live outside: teleport to the outside first.", score=100.0)
     [(shown, skipped)] = off.retrieve_explained(TASK, 0, ["query"])
     assert shown == [] and skipped[0].reason == "similarity 0.00 ≤ threshold 0.50"
+
+
+def test_an_edited_or_imported_teachers_tip_is_never_merged_into(tmp_path):
+    # an agent's note whose text is exactly a teacher's tip's (imported without a source episode, in the
+    # same group) is added beside it, not merged into it: the teacher's tip keeps its counts and sources
+    s = _store(tmp_path)
+    [note] = s.add_episode_tips(_episode("first", ["look around"], [HALL], 50.0), "check the hallway", "conv")
+    s.delete([note.tip_id])
+    path = tmp_path / "teacher.jsonl"
+    path.write_text(json.dumps({"task": TASK, "variation": 0, "text": note.text, "score": 0.0, "place": "hallway"}) + "\n")
+    s.import_jsonl(path)
+    s.add_episode_tips(_episode("agent", ["look around"], [HALL], 50.0), "check the hallway", "conv")
+    rows = sorted((r for r in s.group_rows(TASK, 0, "hallway") if r["text"] == note.text), key=lambda r: r["origin"])
+    assert [r["origin"] for r in rows] == ["generated", "imported"]
+    assert [r["merged_sources"] for r in rows] == ["", ""] and [st.teachers_tip(r) for r in rows] == [False, True]

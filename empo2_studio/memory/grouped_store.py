@@ -194,8 +194,8 @@ class StructuredTipStore(GroupedCuration):
             updates: dict[str, dict[str, Any]] = {}
             fresh: list[dict[str, Any]] = []
             for row in new:
-                # a teacher's tip (manual, or pinned) is curated: the rules never merge it or retire it
-                pool = [] if row["origin"] == "manual" else [r for r in existing + fresh if r["origin"] != "manual" and not r["pinned"]]
+                # a teacher's tip (structure.teachers_tip): the rules never merge it or retire it
+                pool = [] if st.teachers_tip(row) else [r for r in existing + fresh if not st.teachers_tip(r)]
                 sims = [float(np.dot(row["text_vector"], r["text_vector"])) for r in pool]
                 p = st.placement(row["text"], row["score"], row["created_at"], pool, sims, self.rules)
                 if p.kind == "merge":
@@ -325,7 +325,7 @@ class StructuredTipStore(GroupedCuration):
                 continue
             r = rows[i]
             rank = st.rank(sims[i], r["used"], r["helped"], self.rules.count_weight)
-            first = "; won episodes' notes go first" if self.rules.wins_first and not self._won_first(r) else ""
+            first = "; won episodes' notes go first" if self.rules.wins_first and not self._won_first(r) and not self._first(r) else ""
             order = f"score {float(r['score']):.1f}" if self.rules.score_order else f"rank {rank:.2f}"
             why = (f"retired: {r['retired_reason']}" if r["retired"] else "disabled" if not r["enabled"]
                    else f"similarity {sims[i]:.2f} ≤ threshold {thr:.2f}" if thr is not None and not self._first(r) and sims[i] <= thr

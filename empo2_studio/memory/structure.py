@@ -39,8 +39,8 @@ the cosine between the tip TEXTS' embeddings:
   scored > 0, or not) → the better record (`record`: the helped rate with the source episode counted as
   the first reading) stays, the other is retired; ties go to the newer tip;
 - otherwise added.
-A teacher's tip (added by hand, or pinned) is never merged into or retired by these rules, and a new one
-is always added (the store refuses an exact duplicate). Merging sums `used` and `helped` into the kept tip, keeps the better of the two source scores (a won
+A teacher's tip (`teachers_tip`: pinned, added by hand, edited, or imported without a source episode) is never
+merged into or retired by these rules, and a new one is always added (the store refuses an exact duplicate). Merging sums `used` and `helped` into the kept tip, keeps the better of the two source scores (a won
 episode's near duplicate of a note that scored less makes it a won note) and appends the merged tip's source episode to its
 `merged_sources`; the kept text is never rewritten. After an add, a group over `max_stored` live tips
 retires the worst (`evict`).
@@ -202,11 +202,17 @@ def won(row: dict[str, Any]) -> bool:
     return float(row["score"]) >= WIN_SCORE
 
 
+def teachers_tip(row: dict[str, Any]) -> bool:
+    """Is a tip a teacher's: pinned, or curated (`records.is_curated`: added by hand, edited, or imported
+    without a source episode)? The rules never merge into it or retire it by a contradiction."""
+    return bool(row["pinned"]) or is_curated(row["origin"], row.get("edited", False), row["source_episode_id"])
+
+
 def shown_first(row: dict[str, Any], pin_curated: bool) -> bool:
     """Does a tip go before every ranked one: pinned in its group, or (`pin_curated`, the flat memory's
-    `MemoryConfig.pin_curated`) a teacher's tip (`records.is_curated`: added by hand, edited, or imported
-    without a source episode), so a hand-written tip keyed by its own text does not drop out after step 0."""
-    return bool(row["pinned"]) or (pin_curated and is_curated(row["origin"], row.get("edited", False), row["source_episode_id"]))
+    `MemoryConfig.pin_curated`) any other teacher's tip, so a hand-written tip keyed by its own text does not
+    drop out after step 0."""
+    return bool(row["pinned"]) or (pin_curated and teachers_tip(row))
 
 
 def retrieval_order(rows: Sequence[dict[str, Any]], sims: Sequence[float], count_weight: float,
