@@ -8,9 +8,8 @@ showed when the tip's step was played (`TextEnv.place_of`); `ANYWHERE` holds tip
 (a teacher's tip keyed by its own text, a flat row whose key names no room); they are about the task as
 a whole, so they are retrieved beside every place's group. The variation stays in the group as it stays
 in the flat partition (paper §2: one memory per variation). No similarity threshold applies inside a
-group: the group is the filter, similarity only orders. A teacher's tip (added by hand, edited, or imported without a source episode)
-is shown first whatever its similarity while `MemoryConfig.pin_curated` is on, as in the flat memory
-(`shown_first`).
+group: the group is the filter, similarity only orders. A teacher's tip (`teachers_tip`) is shown first
+whatever its similarity while `MemoryConfig.pin_curated` is on, as in the flat memory (`shown_first`).
 
 Rank (retrieval inside the group of where the agent is):
 
@@ -39,10 +38,11 @@ the cosine between the tip TEXTS' embeddings:
   scored > 0, or not) → the better record (`record`: the helped rate with the source episode counted as
   the first reading) stays, the other is retired; ties go to the newer tip;
 - otherwise added.
-A teacher's tip (`teachers_tip`: pinned, added by hand, edited, or imported without a source episode) is never
-merged into or retired by these rules, and a new one is always added (the store refuses an exact duplicate). Merging sums `used` and `helped` into the kept tip, keeps the better of the two source scores (a won
-episode's near duplicate of a note that scored less makes it a won note) and appends the merged tip's source episode to its
-`merged_sources`; the kept text is never rewritten. After an add, a group over `max_stored` live tips
+A teacher's tip (`teachers_tip`: pinned, added by hand, edited, or imported without a source episode) is
+never merged into or retired by these rules, and a new one is always added (the store refuses an exact
+duplicate). Merging sums `used` and `helped` into the kept tip, keeps the better of the two source scores (a
+won episode's near duplicate of a note that scored less makes it a won note) and appends the merged tip's
+source episode to its `merged_sources`; the kept text is never rewritten. After an add, a group over `max_stored` live tips
 retires the worst (`evict`).
 """
 
