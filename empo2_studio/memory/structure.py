@@ -42,8 +42,8 @@ A teacher's tip (`teachers_tip`: pinned, added by hand, edited, or imported with
 never merged into or retired by these rules, and a new one is always added (the store refuses an exact
 duplicate). Merging sums `used` and `helped` into the kept tip, keeps the better of the two source scores (a
 won episode's near duplicate of a note that scored less makes it a won note) and appends the merged tip's
-source episode to its `merged_sources`; the kept text is never rewritten. After an add, a group over `max_stored` live tips
-retires the worst (`evict`).
+source episode to its `merged_sources`; the kept text is never rewritten. After an add, a group over
+`max_stored` live tips retires the worst (`evict`).
 """
 
 from __future__ import annotations
@@ -205,7 +205,7 @@ def won(row: dict[str, Any]) -> bool:
 def teachers_tip(row: dict[str, Any]) -> bool:
     """Is a tip a teacher's: pinned, or curated (`records.is_curated`: added by hand, edited, or imported
     without a source episode)? The rules never merge into it or retire it by a contradiction."""
-    return bool(row["pinned"]) or is_curated(row["origin"], row.get("edited", False), row["source_episode_id"])
+    return bool(row["pinned"]) or is_curated(row["origin"], row["edited"], row["source_episode_id"])
 
 
 def shown_first(row: dict[str, Any], pin_curated: bool) -> bool:
@@ -241,10 +241,10 @@ def retrieval_order(rows: Sequence[dict[str, Any]], sims: Sequence[float], count
 
     live.sort(key=order)
     if seed is not None:
-        pinned = [i for i in live if first[i]]
+        front = [i for i in live if first[i]]
         rest = [i for i in live if not first[i]]
         random.Random(seed).shuffle(rest)
-        live = pinned + rest
+        live = front + rest
     return live[:max_shown]
 
 
