@@ -228,7 +228,7 @@ def test_race_rows_appear_per_arm_and_a_scienceworld_session_races_a_trap_copy(s
     skipping = studio.create_session(replace(fixed_cfg.with_overrides(algo={"skip_flat_groups": True}), run_id="fs"))
     assert rc.race_note(studio, skipping.dir.name) == ""
     assert "embedded 135M model" in rc.race_note(studio, sw) and "search family" in rc.race_note(studio, RUN)
-    assert "placeholders" in rc.race_note(studio, sw)  # what the ScienceWorld race probe measured (its notebook page)
+    assert "erased" in rc.race_note(studio, sw)  # what the ScienceWorld race probes measured (their notebook page)
     assert [v for _, v in rc.target_choices(studio, sw)] == [v for _, v in rc.target_choices(studio, RUN)] == ["trap", "open"]
     with pytest.raises(ValueError, match="unknown race target 'mars'"):
         rc.race_target(studio, sw, "mars")
