@@ -125,12 +125,13 @@ def race_note(studio: Studio, run_id: str) -> str:
         measured = ("With the embedded 135M model and the shipped ScienceWorld adapter, races of 30 iterations on "
                     "find-animal with the search record on (the rooms searched and the next to try, then the "
                     "winning plan) ended at 0.00 memory-free dev success for both arms (2 seeds): both learned to "
-                    "walk into the kitchen, the box's room, for 25 points of partial credit; EMPO²'s few memory "
-                    "groups reached the outside twice and never won; and at lr 1e-3 the updates erased "
-                    "the adapter's plan reading (P(whole plan, plan pinned) 0.93 → 0.00), while at 1e-4 it kept the "
-                    "reading and learned nothing (docs/notebook/2026-12-08-sw-race-record-line.md). With frozen "
-                    "weights the same record took memory groups to the animals in about half the dev searches "
-                    "(docs/benchmarks/sw_search.md). An iteration took 0.5–2 minutes per arm on a 2-core CPU.")  # fmt: skip
+                    "walk into the kitchen, the box's room, for 25 points of partial credit; only twice did a note "
+                    "send EMPO²'s memory groups outside to look around, and none won; and at lr 1e-3 the updates "
+                    "erased the adapter's plan reading (P(whole plan, plan pinned) 0.93 → 0.00), while at 1e-4 "
+                    "(EMPO², one seed) it kept the reading and learned nothing measurable "
+                    "(docs/notebook/2026-12-08-sw-race-record-line.md). With frozen weights the same record took "
+                    "memory groups to the animals in about half the dev searches (docs/benchmarks/sw_search.md). An "
+                    "iteration took about 0.3–2.5 minutes per arm (typically 1) on a 2-core CPU.")  # fmt: skip
     else:
         measured = (f"With `{cfg.policy.model}` nothing is measured here yet; an iteration takes minutes per arm on a CPU.")
     return f"**The open session is a {cfg.env.name} session** (`{run_id}`, task `{cfg.env.task}`). {measured} {copy}"
