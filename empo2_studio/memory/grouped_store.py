@@ -271,7 +271,8 @@ class StructuredTipStore(GroupedCuration):
         (task, variation, place) with `places[i]` (None: the place the query text shows, else
         ANYWHERE), together with the ANYWHERE group; order: pinned, then (`cfg.pin_curated`) the other
         teacher's tips (`structure.shown_first`), then (`rules.wins_first`) notes of won episodes, then
-        rank (`structure.rank`; `rules.score_order`: source score, unhelpful tips behind), `cfg.top_k` shown. Retired and disabled tips are never shown (reported as skipped)."""
+        rank (`structure.rank`; `rules.score_order`: source score, unhelpful tips behind), `cfg.top_k`
+        shown. Retired and disabled tips are never shown (reported as skipped)."""
         rec.check_task(task), rec.check_variation(variation)
         if isinstance(query_texts, str):
             raise ValueError("pass a list of query texts, not a single string")
